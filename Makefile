@@ -1,0 +1,65 @@
+# Beacon: the two commands are `make demo` and `make test`. Everything else is a step of those.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+DEMO_DIR ?= data/demo
+
+.PHONY: venv venv-dev demo demo-data demo-full demo-full-stop serve test lint bench fuzz
+
+# Two stamps: the demo needs only the runtime; tests and benchmarks need the dev tools too.
+$(VENV)/.installed: requirements.txt
+	PYTHON=$(PYTHON) ./deploy/dev/bootstrap.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	$(VENV)/bin/pip install -q -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+venv-dev: $(VENV)/.installed-dev
+
+## make demo: install, migrate, load the simulated demo cluster, serve on http://$(HOST):$(PORT)
+demo: demo-data
+	$(MAKE) --no-print-directory serve
+
+demo-data: venv
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collectstatic --noinput -v0
+	$(PY) manage.py demo --out $(DEMO_DIR)
+
+## make demo-full: the same month through the live paths (Prometheus, Redis, Celery worker/beat)
+demo-full: demo-data
+	DEMO_DIR=$(DEMO_DIR) ./deploy/dev/demo-full.sh up
+
+demo-full-stop:
+	./deploy/dev/demo-full.sh down
+
+serve: venv
+	@echo "Beacon on http://$(HOST):$(PORT)/  (Ctrl-C stops it)"
+	$(VENV)/bin/gunicorn portal.wsgi -b $(HOST):$(PORT) -w 2 --timeout 120 --access-logfile -
+
+## make test: the whole suite (SQLite unless DATABASE_URL is set; CI sets it and CI=true),
+## on TEST_WORKERS processes, one per core (the shared services' tests all on one: tests/xdist_lanes.py)
+TEST_WORKERS ?= 2
+test: venv-dev
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+lint: venv-dev
+	$(VENV)/bin/ruff check .
+	$(PY) manage.py check --fail-level WARNING
+	$(PY) manage.py makemigrations --check --dry-run
+
+## make bench: every benchmark, written to docs/BENCHMARKS.md (BENCH_ARGS=--quick: under 5 min;
+## BENCH_ARGS=NAME runs one; bench/README.md lists them and the services they use)
+bench: venv-dev
+	$(PY) -m bench $(BENCH_ARGS)
+
+## make fuzz: a longer schemathesis run over the whole API (new examples every run; CI runs 25)
+FUZZ_EXAMPLES ?= 500
+fuzz: venv-dev
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_RANDOM=1 $(PY) -m pytest -q -p no:cacheprovider tests/api/test_fuzz.py

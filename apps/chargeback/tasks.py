@@ -1,0 +1,14 @@
+"""Celery tasks of chargeback: thin, one service call each (twin: ``manage.py chargeback``)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from apps.chargeback import services
+from apps.core.retries import RETRY_DB
+
+
+@shared_task(**RETRY_DB)
+def refresh_drafts() -> int:
+    """Beat's entry point: rewrite the draft statements of the open months."""
+    return sum(r.drafts for r in services.refresh_open_months())

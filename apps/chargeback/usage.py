@@ -1,0 +1,174 @@
+"""Reading GPU-hours out of the job archive, two ways that must agree.
+
+- ``grouped_rows``: one SQL GROUP BY per rate segment (team, user, partition, GPU types),
+  summing ``gpu_equivalent x overlap`` and the same weighted by the archived split. This is
+  what statements use: a month of a million jobs is one aggregate query, not a loop.
+- ``job_usages``: the jobs one by one as ``apps.analysis.chargeback.JobUsage``, for the
+  reconciliation job by job and for tests that check the SQL against the pure maths.
+
+Overlap is ``min(end, hi) - max(start, lo)`` in seconds, where a job that has not ended
+(``end_time`` empty) ends "now". Only archived metrics with a measure count as measured
+(``live`` snapshots and ``complete`` archives); everything else is unmeasured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from django.db.models import (
+    DateTimeField,
+    Expression,
+    F,
+    FilteredRelation,
+    FloatField,
+    Func,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Coalesce, Greatest, Least, NullIf
+
+from apps.accounts.models import Team
+from apps.analysis.chargeback import GroupRow, Hours, JobUsage, Split
+from apps.jobs.models import Job, JobMetrics
+
+# Archived metrics that count as measured: joined with this condition, others are NULL
+MEASURED = Q(metrics__status__in=JobMetrics.MEASURED) & \
+    ~Q(metrics__measure="")
+SPLIT_PARTS = ("useful", "waiting", "held_idle", "no_process")
+
+
+class Seconds(Func):
+    """Seconds from ``b`` to ``a`` (two datetimes), in SQL, per database."""
+
+    output_field = FloatField()
+    arity = 2
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection,
+                           template="EXTRACT(EPOCH FROM (%(expressions)s))::double precision",
+                           arg_joiner=" - ", **extra)
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection,
+                           template="((julianday(%(expressions)s)) * 86400.0)",
+                           arg_joiner=") - julianday(", **extra)
+
+
+def _dt(value: datetime) -> Value:
+    return Value(value, output_field=DateTimeField())
+
+
+def overlapping(jobs: QuerySet[Job], lo: datetime, hi: datetime) -> QuerySet[Job]:
+    """Jobs that held GPUs at some time in ``[lo, hi)``."""
+    return jobs.filter(start_time__isnull=False, start_time__lt=hi, gpu_equivalent__gt=0).filter(
+        Q(end_time__isnull=True) | Q(end_time__gt=lo))
+
+
+def gpu_seconds(lo: datetime, hi: datetime, now: datetime,
+                gpus: str = "gpu_equivalent") -> Expression:
+    """``gpus x`` seconds of the job inside ``[lo, hi)`` (GPUs counting shards by fraction,
+    or ``gpus``: whole ``gres/gpu`` only, as Slurm's gres/gpu TRES counts them)."""
+    end = Least(Coalesce(F("end_time"), _dt(now)), _dt(hi))
+    start = Greatest(F("start_time"), _dt(lo))
+    seconds = Greatest(Seconds(end, start), Value(0.0))
+    return F(gpus) * seconds
+
+
+def _fraction(part: str) -> Expression:
+    """The part's share of the job's archived hours; 0 when not measured (no joined row)."""
+    share = F(f"measured__{part}_hours") / NullIf(F("measured__allocated_gpu_hours"),
+                                                  Value(0.0))
+    return Coalesce(share, Value(0.0), output_field=FloatField())
+
+
+def grouped_rows(jobs: QuerySet[Job], lo: datetime, hi: datetime,
+                 now: datetime) -> list[GroupRow]:
+    """One GROUP BY over ``jobs`` for ``[lo, hi)``: allocated and split GPU-hours per
+    (team, user, partition, GPU types).
+
+    Shaped like the hand-written floor of ``bench/chargeback.py``: grouped on the team id
+    (slugs looked up once), the archive joined only where it counts as measured.
+    """
+    seconds = gpu_seconds(lo, hi, now)
+    sums = {"allocated": Sum(seconds)}
+    sums |= {part: Sum(seconds * _fraction(part)) for part in SPLIT_PARTS}
+    rows = list(overlapping(jobs, lo, hi)
+                .annotate(measured=FilteredRelation("metrics", condition=MEASURED))
+                .values("team_id", "user_name", "partition", "gpu_types")
+                .annotate(**sums).order_by())
+    slugs = dict(Team.objects.filter(pk__in={r["team_id"] for r in rows})
+                 .values_list("pk", "slug"))
+    return [_group_row(row, slugs) for row in rows]
+
+
+def _group_row(row: dict[str, Any], slugs: dict[int, str]) -> GroupRow:
+    hours = Hours(*((row[k] or 0.0) / 3600 for k in ("allocated", *SPLIT_PARTS)))
+    return GroupRow(slugs.get(row["team_id"], ""), row["user_name"], row["partition"],
+                    dict(row["gpu_types"] or {}), hours)
+
+
+def job_usages(jobs: QuerySet[Job], lo: datetime, hi: datetime,
+               now: datetime) -> Iterator[JobUsage]:
+    """The jobs in ``[lo, hi)`` one by one, with their archived split."""
+    rows = (overlapping(jobs, lo, hi).select_related("team", "metrics")
+            .only("job_id", "team__slug", "user_name", "partition", "gpu_equivalent",
+                  "gpu_types", "start_time", "end_time", "metrics__status",
+                  "metrics__measure", *(f"metrics__{p}_hours" for p in SPLIT_PARTS),
+                  "metrics__allocated_gpu_hours")
+            .order_by("pk"))
+    for job in rows.iterator(chunk_size=2000):
+        yield JobUsage(job.job_id, job.team.slug if job.team else "", job.user_name,
+                       job.partition, job.gpu_equivalent, job.start_time,
+                       job.end_time or now, dict(job.gpu_types or {}), _split(job))
+
+
+def _split(job: Job) -> Split | None:
+    metrics = getattr(job, "metrics", None)
+    if metrics is None or not metrics.measure or metrics.allocated_gpu_hours <= 0 or \
+            metrics.status not in JobMetrics.MEASURED:
+        return None
+    total = metrics.allocated_gpu_hours
+    return Split(*(getattr(metrics, f"{p}_hours") / total for p in SPLIT_PARTS))
+
+
+def gpu_seconds_by_job(jobs: QuerySet[Job], lo: datetime, hi: datetime,
+                       now: datetime) -> Iterable[dict[str, Any]]:
+    """(job id, account, user, whole-GPU seconds in the window) per job: Beacon's side of
+    the reconciliation (Slurm's ``gres/gpu`` TRES has no shards)."""
+    return (overlapping(jobs, lo, hi).filter(gpus__gt=0)
+            .annotate(seconds=gpu_seconds(lo, hi, now, gpus="gpus"))
+            .values("job_id", "account", "user_name", "seconds").order_by("job_id")
+            .iterator(chunk_size=5000))
+
+
+def wasteful_jobs(jobs: QuerySet[Job], lo: datetime, hi: datetime, now: datetime,
+                  min_share: float = 0.5, limit: int = 20) -> list[tuple[Job, Hours]]:
+    """Measured jobs that wasted at least ``min_share`` of their measured GPU-hours inside
+    ``[lo, hi)``, most wasted GPU-hours first, with their hours in the window.
+
+    "Wasted" is waiting + held idle + no process: the statement's "where the waste came from".
+    """
+    seconds = gpu_seconds(lo, hi, now)
+    waste = sum((_fraction(p) for p in ("waiting", "held_idle", "no_process")),
+                start=Value(0.0))
+    measured = sum((_fraction(p) for p in SPLIT_PARTS), start=Value(0.0))
+    rows = (overlapping(jobs, lo, hi)
+            .annotate(measured=FilteredRelation("metrics", condition=MEASURED))
+            .annotate(gpu_s=seconds, waste_share=waste, measured_share=measured)
+            .filter(measured_share__gt=0, gpu_s__gt=0)
+            .annotate(ratio=F("waste_share") / F("measured_share"))
+            .filter(ratio__gte=min_share)
+            .annotate(wasted=F("gpu_s") * F("waste_share"))
+            .select_related("cluster", "metrics").order_by("-wasted", "pk")[:limit])
+    return [(job, _job_hours(job)) for job in rows]
+
+
+def _job_hours(job: Any) -> Hours:
+    fractions = [getattr(job.metrics, f"{p}_hours") / job.metrics.allocated_gpu_hours
+                 for p in SPLIT_PARTS]
+    allocated = job.gpu_s / 3600
+    return Hours(allocated, *(allocated * f for f in fractions))

@@ -1,0 +1,237 @@
+"""Chargeback pages: statements (leads: their teams; admins: all), "my usage" for everyone,
+exports, and the admin actions (terms, refresh, finalise, adjust, reconcile).
+
+Every statement is looked up through ``Statement.objects.visible_to(user)`` (404 outside it);
+admin actions need the ``admin`` action (403) and answer with a 303 back to the page, with
+the outcome as a message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.utils import timezone
+from django.views import View
+from django.views.generic import TemplateView
+
+from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin
+from apps.analysis.chargeback import Policy
+from apps.chargeback import charts, reconciliation, services
+from apps.chargeback.models import BillingPeriod, Reconciliation, Statement
+from apps.clusters.adapters.base import AdapterError
+from apps.clusters.models import Cluster
+from apps.jobs.views import HttpResponseSeeOther
+
+
+def _month(request: HttpRequest) -> date:
+    """``?month=YYYY-MM`` (this month when absent); a bad value is a 404, not a guess."""
+    raw = request.GET.get("month") or request.POST.get("month")
+    if not raw:
+        return services.current_month()
+    try:
+        return services.parse_month(raw)
+    except services.ChargebackError as exc:
+        raise Http404(str(exc)) from None
+
+
+def _nav(month: date) -> dict[str, str]:
+    prev = date(month.year - (month.month == 1), (month.month - 2) % 12 + 1, 1)
+    nxt = date(month.year + (month.month == 12), month.month % 12 + 1, 1)
+    return {"month": f"{month:%Y-%m}", "prev_month": f"{prev:%Y-%m}",
+            "next_month": f"{nxt:%Y-%m}"}
+
+
+class ChargebackHomeView(ActionRequiredMixin, TemplateView):
+    """A month's statements the user may see, the teams' waste split, and admin tools."""
+
+    template_name = "chargeback/home.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        month = _month(self.request)
+        statements = services.statements_of(month,
+                                            Statement.objects.visible_to(self.request.user))
+        ctx.update(_nav(month), statements=statements, policies=[p.value for p in Policy],
+                   period=BillingPeriod.objects.filter(month=month).first(),
+                   split_figure=_split_figure(statements))
+        if self.request.user.is_staff:
+            ctx["clusters"] = Cluster.objects.visible_to(self.request.user)
+            ctx["reconciliations"] = Reconciliation.objects.filter(month=month).select_related(
+                "cluster")[:5]
+        return ctx
+
+
+def _split_figure(statements: Sequence[Statement]) -> dict[str, Any] | None:
+    rows = [(s.team.slug, {p: float(getattr(s, f"{p}_hours")) for p in charts.PARTS})
+            for s in statements if s.allocated_hours > 0]
+    return charts.team_split(rows) if rows else None
+
+
+class MyUsageView(ActionRequiredMixin, TemplateView):
+    """A researcher's own month: hours by what they were spent on, and what they would cost
+    charged at useful hours only."""
+
+    template_name = "chargeback/my_usage.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        month = _month(self.request)
+        ctx.update(_nav(month), usage=services.user_usage(self.request.user, month),
+                   currency=settings.CHARGEBACK_CURRENCY)
+        return ctx
+
+
+class StatementDetailView(ActionRequiredMixin, TemplateView):
+    """One statement with its lines and adjustments (leads of the team and admins)."""
+
+    template_name = "chargeback/statement.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        statement = _visible_statement(self.request, kwargs["pk"])
+        lines = list(statement.lines.all())
+        ctx.update(statement=statement, usage_lines=[ln for ln in lines if ln.kind == "usage"],
+                   wasteful=services.wasteful_jobs_of(statement),
+                   adjustments=[ln for ln in lines if ln.kind == "adjustment"],
+                   month_over=services.month_period(statement.period.month).end
+                   <= timezone.now())
+        return ctx
+
+
+def _visible_statement(request: HttpRequest, pk: int) -> Statement:
+    return get_object_or_404(Statement.objects.visible_to(request.user)
+                             .select_related("team", "period", "finalised_by"), pk=pk)
+
+
+def _export(statements: Sequence[Statement], fmt: str, name: str) -> HttpResponse:
+    if fmt == "csv":
+        response = HttpResponse(services.export_csv(statements), content_type="text/csv")
+    else:
+        response = HttpResponse(services.export_json(statements),
+                                content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
+    return response
+
+
+class StatementExportView(ActionRequiredMixin, View):
+    def get(self, request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+        statement = _visible_statement(request, pk)
+        name = f"chargeback-{statement.team.slug}-{statement.period.label}"
+        return _export(services.statements_of(statement.period.month,
+                                              Statement.objects.filter(pk=pk)), fmt, name)
+
+
+class MonthExportView(ActionRequiredMixin, View):
+    """Every statement of the month the user may see (all of them for admins)."""
+
+    def get(self, request: HttpRequest, month: str, fmt: str) -> HttpResponse:
+        try:
+            day = services.parse_month(month)
+        except services.ChargebackError as exc:
+            raise Http404(str(exc)) from None
+        statements = services.statements_of(day, Statement.objects.visible_to(request.user))
+        return _export(list(statements), fmt, f"chargeback-{month}")
+
+
+# --- Admin actions ------------------------------------------------------------------------------
+
+
+class _AdminPost(ActionRequiredMixin, View):
+    """A POST-only admin action that reports its outcome as a message and redirects (303)."""
+
+    required_action = VIEW
+    write_action = ADMIN
+    http_method_names = ["post"]
+
+    def done(self, request: HttpRequest, ok: str | None, error: Exception | None,
+             where: str) -> HttpResponse:
+        if error is not None:
+            messages.error(request, str(error))
+        elif ok:
+            messages.success(request, ok)
+        return HttpResponseSeeOther(where)
+
+
+class TermsView(_AdminPost):
+    def post(self, request: HttpRequest) -> HttpResponse:
+        month = _month(request)
+        where = reverse("chargeback-home") + f"?month={month:%Y-%m}"
+        try:
+            period = services.set_terms(month, request.POST.get("policy", ""),
+                                        request.POST.get("waste_fee", "0") or "0", request.user)
+            services.refresh_statements(month)
+        except services.ChargebackError as exc:
+            return self.done(request, None, exc, where)
+        return self.done(request, f"{period.label}: {period.policy}, waste fee "
+                                  f"{period.waste_fee}; drafts refreshed", None, where)
+
+
+class RefreshView(_AdminPost):
+    def post(self, request: HttpRequest) -> HttpResponse:
+        month = _month(request)
+        result = services.refresh_statements(month)
+        return self.done(request, f"{result.month}: {result.drafts} drafts refreshed, "
+                                  f"{result.finals_kept} final kept", None,
+                         reverse("chargeback-home") + f"?month={result.month}")
+
+
+class FinaliseView(_AdminPost):
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        statement = _visible_statement(request, pk)
+        where = reverse("chargeback-statement", args=[pk])
+        try:
+            services.finalise(statement, request.user)
+        except services.ChargebackError as exc:
+            return self.done(request, None, exc, where)
+        return self.done(request, "Statement finalised: it can no longer change; corrections "
+                                  "are adjustment lines.", None, where)
+
+
+class AdjustView(_AdminPost):
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        statement = _visible_statement(request, pk)
+        where = reverse("chargeback-statement", args=[pk])
+        try:
+            services.add_adjustment(statement, request.user, request.POST.get("amount", ""),
+                                    request.POST.get("description", ""))
+        except services.ChargebackError as exc:
+            return self.done(request, None, exc, where)
+        return self.done(request, "Adjustment added.", None, where)
+
+
+class ReconcileView(_AdminPost):
+    """Compare a cluster's month with Slurm's own report now (admins; a few seconds)."""
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        month = _month(request)
+        where = reverse("chargeback-home") + f"?month={month:%Y-%m}#reconcile"
+        cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
+        if cluster is None:
+            return self.done(request, None, ValueError("no such cluster"), where)
+        try:
+            row = reconciliation.reconcile_month(cluster, month)
+        except (AdapterError, reconciliation.ReconcileError) as exc:
+            return self.done(request, None, exc, where)
+        verdict = "agrees with Slurm" if row.ok else "differs from Slurm (see below)"
+        return self.done(request, f"{cluster.name} {month:%Y-%m}: Beacon {verdict}.", None,
+                         where)
+
+
+class ReconciliationDetailView(ActionRequiredMixin, TemplateView):
+    """One reconciliation: accounts side by side, and the jobs that differ."""
+
+    template_name = "chargeback/reconciliation.html"
+    required_action = ADMIN
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        ctx["rec"] = get_object_or_404(Reconciliation.objects.select_related("cluster"),
+                                       pk=kwargs["pk"])
+        return ctx

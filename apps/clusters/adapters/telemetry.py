@@ -1,0 +1,235 @@
+"""Per-job GPU and node series from Prometheus, bound to the job in one of two ways.
+
+- **by label**: ``M{hpc_job="J"}``, where the site runs dcgm-exporter's job mapping;
+- **by host**: ``M{Hostname=~"h1|h2", gpu=~"0|1"}`` over the job's window, then kept only
+  for the (host, GPU) pairs and intervals the job held (``JobGpu`` rows). Intervals that
+  know their GPU's UUID select by it instead (``M{UUID=~"GPU-a|GPU-b"}``): Slurm's GPU index
+  and NVML's (dcgm's ``gpu`` label) can differ, the UUID cannot. Such series are filed
+  under the interval's (host, GPU), the name the job's records use.
+
+On the same data both give the same per-GPU series (tested against the real Prometheus).
+
+Every query is bounded. The job window is cut into ``n <= 300`` equal windows and each
+point is ``avg_over_time(M[w])`` over one of them (``w`` = step - 1 ms: Prometheus 2.x
+range selectors include both ends, so this keeps adjacent windows from sharing a sample).
+A range query of this shape keeps at most ``series x (n + w/scrape + 1)`` samples in
+memory (:func:`peak_samples`): 512 GPUs over 7 days is about 190 k, far below the default
+``--query.max-samples`` of 50 M.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from apps.analysis.timeseries import GpuKey, Series, Window
+from apps.clusters.adapters.catalogue import (
+    JOB_MEASURES,
+    NODE_QUERIES,
+    Catalogue,
+    MetricSpec,
+    group_by_gpu,
+)
+from apps.clusters.adapters.prometheus import PrometheusClient
+from apps.clusters.adapters.promql import Matcher, check_job_id, duration, selector
+
+MAX_POINTS = 300
+DEFAULT_MAX_SAMPLES = 50_000_000  # Prometheus' default --query.max-samples
+
+
+@dataclass(frozen=True)
+class GpuInterval:
+    """A GPU the job held, and when (unix seconds)."""
+
+    host: str
+    gpu: int
+    start: float
+    end: float
+    uuid: str = ""
+
+    @property
+    def key(self) -> GpuKey:
+        return GpuKey(self.host, self.gpu)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a job window is sampled: ``n`` windows of ``step`` seconds ending at ``end``."""
+
+    window: Window
+    n: int
+    step: float
+
+    @property
+    def first(self) -> float:
+        return self.window.start + self.step
+
+    def times(self) -> list[float]:
+        """The evaluation timestamps (each the end of its window)."""
+        return [self.window.start + (k + 1) * self.step for k in range(self.n)]
+
+
+@dataclass
+class JobTelemetry:
+    """Per-GPU series (measure -> Series, portal units) and per-node series for one job."""
+
+    plan: Plan
+    binding: str
+    gpus: dict[GpuKey, dict[str, Series]] = field(default_factory=dict)
+    uuids: dict[GpuKey, str] = field(default_factory=dict)
+    nodes: dict[str, dict[str, Series]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    peak_samples: int = 0
+
+
+def plan(window: Window, scrape_interval: float, max_points: int = MAX_POINTS) -> Plan:
+    """Windows no shorter than one scrape and no more than ``max_points`` of them."""
+    seconds = max(window.seconds, 0.001)
+    n = max(1, min(max_points, math.floor(seconds / scrape_interval)))
+    return Plan(window, n, seconds / n)
+
+
+def peak_samples(series: int, plan: Plan, scrape_interval: float) -> int:
+    """Upper bound of the samples one windowed range query holds in memory at once.
+
+    The output (``series x n`` points) plus one window of raw samples per series.
+    """
+    per_window = math.ceil(plan.step / scrape_interval) + 1
+    return series * (plan.n + per_window)
+
+
+def fetch_by_label(client: PrometheusClient, catalogue: Catalogue, job_id: str,
+                   window: Window, measures: Sequence[str] = JOB_MEASURES, *,
+                   stats: bool = False) -> JobTelemetry:
+    """Series of the GPUs that carried ``hpc_job=<job_id>`` during the window.
+
+    ``stats`` asks Prometheus for its sample counts (``peak_samples``; costs time).
+    """
+    matchers = [Matcher.eq(catalogue.job_label, check_job_id(job_id)), *_cluster(catalogue)]
+    return _fetch(client, catalogue, window, measures, "label", [matchers], None, stats)
+
+
+def fetch_by_host(client: PrometheusClient, catalogue: Catalogue,
+                  intervals: Sequence[GpuInterval], window: Window,
+                  measures: Sequence[str] = JOB_MEASURES, *, stats: bool = False
+                  ) -> JobTelemetry:
+    """Series of the GPUs in ``intervals`` (by UUID when known, else by host and index),
+    kept only inside each interval."""
+    if not intervals:
+        return JobTelemetry(plan(window, catalogue.scrape_interval), "host")
+    by_uuid = {i.uuid: i.key for i in intervals if i.uuid}
+    by_index = [i for i in intervals if not i.uuid]
+    # One selector per label spelling: a cluster may mix Hostname and hostname nodes.
+    alternatives = [[Matcher.one_of(label, by_uuid), *_cluster(catalogue)]
+                    for label in catalogue.uuid_labels] if by_uuid else []
+    if by_index:
+        hosts = {i.host for i in by_index}
+        gpus = {str(i.gpu) for i in by_index}
+        alternatives += [[Matcher.one_of(label, hosts), Matcher.one_of(catalogue.gpu_label, gpus),
+                          *_cluster(catalogue)] for label in catalogue.host_labels]
+    return _fetch(client, catalogue, window, measures, "host", alternatives, intervals, stats,
+                  by_uuid)
+
+
+def fetch_nodes(client: PrometheusClient, catalogue: Catalogue, hosts: Iterable[str],
+                telemetry: JobTelemetry) -> None:
+    """Add node_exporter CPU, memory, network and InfiniBand series for the job's hosts."""
+    hosts = sorted(set(hosts))
+    if not hosts:
+        return
+    p = telemetry.plan
+    sel = ",".join(m.render() for m in (Matcher.host(catalogue.node_label, hosts),
+                                        *_cluster(catalogue)))
+    rate_window = duration(max(p.step, 4 * catalogue.scrape_interval))
+    for name, (template, _unit) in NODE_QUERIES.items():
+        expr = template.format(node=catalogue.node_label, sel=sel, w=rate_window)
+        result = client.query_range(expr, p.first, p.window.end, p.step)
+        telemetry.warnings.extend(result.warnings)
+        for series in result.series:
+            host = series.labels.get(catalogue.node_label, "").split(":", 1)[0]
+            telemetry.nodes.setdefault(host, {})[name] = series
+
+
+# --- Internals -------------------------------------------------------------------------
+
+
+def _cluster(catalogue: Catalogue) -> list[Matcher]:
+    if catalogue.cluster_label and catalogue.cluster_value:
+        return [Matcher.eq(catalogue.cluster_label, catalogue.cluster_value)]
+    return []
+
+
+def _windowed(spec: MetricSpec, alternatives: list[list[Matcher]], p: Plan) -> str:
+    """``avg_over_time`` (or ``max_``: codes, counters) per window; older metric names are
+    ``or``-ed in after the current one, so an exporter of either age is read."""
+    window = duration(p.step - 0.001) if p.step > 0.002 else duration(p.step)
+    parts = [f"{spec.reduce}_over_time({selector(name, *m)}[{window}])"
+             for name in spec.names for m in alternatives]
+    return " or ".join(parts)
+
+
+def _fetch(client: PrometheusClient, catalogue: Catalogue, window: Window,
+           measures: Sequence[str], binding: str, alternatives: list[list[Matcher]],
+           intervals: Sequence[GpuInterval] | None, stats: bool,
+           by_uuid: Mapping[str, GpuKey] | None = None) -> JobTelemetry:
+    p = plan(window, catalogue.scrape_interval)
+    telemetry = JobTelemetry(p, binding)
+    pairs: list[tuple[str, Series]] = []
+    for measure in measures:
+        # One query per metric: functions drop __name__, so a regex over several
+        # metrics fails with "vector cannot contain metrics with the same labelset".
+        expr = _windowed(catalogue.metric(measure), alternatives, p)
+        result = client.query_range(expr, p.first, p.window.end, p.step, stats=stats)
+        telemetry.warnings.extend(result.warnings)
+        telemetry.peak_samples = max(telemetry.peak_samples, result.peak_samples or 0)
+        pairs += [(measure, s) for s in result.series]
+    key_of = _keyer(catalogue, by_uuid or {})
+    grouped = group_by_gpu(pairs, catalogue, key_of)
+    telemetry.uuids = _uuids(pairs, catalogue, key_of)
+    telemetry.gpus = _inside(grouped, intervals, p) if intervals is not None else grouped
+    return telemetry
+
+
+def _keyer(catalogue: Catalogue, by_uuid: Mapping[str, GpuKey]
+           ) -> Callable[[Series], GpuKey | None]:
+    """The GPU a series is filed under: the held interval's, when its UUID says so."""
+    if not by_uuid:
+        return catalogue.gpu_key
+
+    def key_of(series: Series) -> GpuKey | None:
+        uuid = series.label(*catalogue.uuid_labels)
+        return by_uuid.get(uuid) or catalogue.gpu_key(series)
+
+    return key_of
+
+
+def _uuids(pairs: list[tuple[str, Series]], catalogue: Catalogue,
+           key_of: Callable[[Series], GpuKey | None]) -> dict[GpuKey, str]:
+    uuids: dict[GpuKey, str] = {}
+    for _measure, series in pairs:
+        uuid = series.label(*catalogue.uuid_labels)
+        if uuid and (key := key_of(series)) is not None:
+            uuids.setdefault(key, uuid)
+    return uuids
+
+
+def _inside(grouped: dict[GpuKey, dict[str, Series]], intervals: Sequence[GpuInterval],
+            p: Plan) -> dict[GpuKey, dict[str, Series]]:
+    """Keep held GPUs only, and only windows whose middle lies in a held interval."""
+    held: dict[GpuKey, list[GpuInterval]] = defaultdict(list)
+    for interval in intervals:
+        held[interval.key].append(interval)
+    kept: dict[GpuKey, dict[str, Series]] = {}
+    for key, measures in grouped.items():
+        if key not in held:
+            continue
+        spans = held[key]
+        kept[key] = {
+            m: Series(s.metric, s.labels, tuple(
+                (t, v) for t, v in s.points
+                if any(i.start <= t - p.step / 2 <= i.end for i in spans)))
+            for m, s in measures.items()
+        }
+    return kept

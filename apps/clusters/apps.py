@@ -1,0 +1,8 @@
+"""Clusters: Slurm and Prometheus connections, nodes, partitions, account→team mapping, sync."""
+
+from django.apps import AppConfig
+
+
+class ClustersConfig(AppConfig):
+    name = "apps.clusters"
+    label = "clusters"

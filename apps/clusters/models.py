@@ -1,0 +1,242 @@
+"""A cluster, its nodes and partitions, and which Slurm account belongs to which team."""
+
+from __future__ import annotations
+
+import zoneinfo
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+
+from apps.analysis.chargeback import ChargebackError, GpuKind, gpu_kinds
+from apps.core.checks import url_problem
+from apps.core.models import TimeStampedModel
+
+STALE_AFTER = timedelta(minutes=10)  # pages warn when Slurm data is older than this
+
+
+class ClusterQuerySet(models.QuerySet["Cluster"]):
+    def visible_to(self, user: Any) -> ClusterQuerySet:
+        """Cluster names and states are not secret: every signed-in user sees them."""
+        if not getattr(user, "is_active", False) or not user.is_authenticated:
+            return self.none()
+        return self.all()
+
+    def fed_by_slurm(self) -> ClusterQuerySet:
+        """Clusters whose job records come from a live Slurm sync: the ones list pages
+        report the freshness of (simulated clusters are a fixed snapshot)."""
+        return self.exclude(slurm_backend=Cluster.SlurmBackend.NONE).filter(is_simulated=False)
+
+
+def _validate_timezone(value: str) -> None:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValidationError(f"{value!r} is not an IANA time zone (e.g. Europe/Paris)") from None
+
+
+def _validate_service_url(value: str) -> None:
+    problem = url_problem(value)
+    if problem:
+        raise ValidationError(f"{value!r} {problem}")
+
+
+def _validate_gpu_types(value: Any) -> None:
+    if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+        raise ValidationError('GPU types must be a list of objects, e.g. [{"name": "h100"}]')
+    try:
+        gpu_kinds(value)
+    except ChargebackError as exc:
+        raise ValidationError(str(exc)) from None
+
+
+class Cluster(TimeStampedModel):
+    """One Slurm cluster and the Prometheus that watches it.
+
+    The sync fields implement the claim (only one worker syncs a cluster at a time) and
+    the watermark (the last change time already read from Slurm).
+    """
+
+    class SlurmBackend(models.TextChoices):
+        NONE = "none", "None (imports only)"
+        CLI = "cli", "CLI JSON (sacct/squeue/sinfo --json)"
+        REST = "rest", "slurmrestd (JWT)"
+        PYSLURM = "pyslurm", "pyslurm (Slurm 25.11 only)"
+        FILES = "files", "Saved command output in a folder (air-gapped sites, demo)"
+
+    class SyncState(models.TextChoices):
+        IDLE = "idle"
+        RUNNING = "running"
+
+    name = models.SlugField(max_length=64, unique=True, help_text="Slurm ClusterName")
+    display_name = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    is_simulated = models.BooleanField(
+        default=False, help_text="Data comes from Beacon's simulator, not a real cluster")
+    slurm_backend = models.CharField(max_length=16, choices=SlurmBackend.choices,
+                                     default=SlurmBackend.NONE)
+    slurm_settings = models.JSONField(
+        default=dict, blank=True,
+        help_text='Backend options, e.g. {"ssh": "login01", "timeout": 30} or '
+                  '{"url": "http://127.0.0.1:6820", "user": "beacon", "token_file": "..."}')
+    prometheus_url = models.CharField(max_length=500, blank=True,
+                                      validators=[_validate_service_url])
+    metric_labels = models.JSONField(
+        default=dict, blank=True,
+        help_text='Label names where they differ: {"hostname": "Hostname", "job": "hpc_job"}')
+    timezone = models.CharField(max_length=64, default="UTC", validators=[_validate_timezone])
+    gpu_types = models.JSONField(
+        default=list, blank=True, validators=[_validate_gpu_types],
+        help_text='[{"name": "h100", "model": "NVIDIA H100 80GB HBM3", "shards_per_gpu": 1}, '
+                  '{"name": "1g.10gb", "parent": "h100", "fraction": "1/7"}]: a MIG type '
+                  'is charged as "fraction" of its "parent" GPU model (docs/chargeback.md)')
+    sync_state = models.CharField(max_length=16, choices=SyncState.choices,
+                                  default=SyncState.IDLE)
+    sync_claimed_at = models.DateTimeField(null=True, blank=True)
+    sync_watermark = models.DateTimeField(
+        null=True, blank=True, help_text="Last Slurm change time already synced")
+    sync_marker = models.CharField(
+        max_length=500, blank=True,
+        help_text="Scheduler job counters (sdiag) at the last sync: unchanged = nothing new")
+    sync_marker_at = models.DateTimeField(null=True, blank=True,
+                                          help_text="When sync_marker last changed")
+    last_full_sync_at = models.DateTimeField(
+        null=True, blank=True, help_text="Start of the last sync that read accounting")
+    last_sync_ok_at = models.DateTimeField(null=True, blank=True)
+    last_sync_error = models.TextField(blank=True)
+    queue_synced_at = models.DateTimeField(null=True, blank=True,
+                                           help_text="Pending reasons, estimated starts, GPUs")
+    nodes_synced_at = models.DateTimeField(null=True, blank=True)
+    shares_synced_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ClusterQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.display_name or self.name
+
+    @property
+    def title(self) -> str:
+        return self.display_name or self.name
+
+    @property
+    def is_stale(self) -> bool:
+        """Slurm data is stale when the last job sync failed or is older than STALE_AFTER."""
+        if self.slurm_backend == self.SlurmBackend.NONE:
+            return False
+        if self.last_sync_error or self.last_sync_ok_at is None:
+            return True
+        return timezone.now() - self.last_sync_ok_at > STALE_AFTER
+
+    def gpu_kinds(self) -> dict[str, GpuKind]:
+        """The cluster's own MIG fractions and parent models, by Slurm GPU type name."""
+        return gpu_kinds(self.gpu_types or [])
+
+    def shards_per_gpu(self, gpu_type: str = "") -> int:
+        """How many ``gres/shard`` make one GPU, from the cluster's GPU type list."""
+        for entry in self.gpu_types or []:
+            if not gpu_type or entry.get("name") == gpu_type:
+                return max(1, int(entry.get("shards_per_gpu", 1)))
+        return 1
+
+
+class Partition(TimeStampedModel):
+    """A Slurm partition, synced from sinfo/scontrol."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="partitions")
+    name = models.CharField(max_length=128)
+    is_default = models.BooleanField(default=False)
+    max_time_min = models.IntegerField(null=True, blank=True)
+    state = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"],
+                                               name="partition_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class Node(TimeStampedModel):
+    """A compute node and its GPUs, synced from sinfo."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=128)
+    partitions = models.ManyToManyField(Partition, blank=True, related_name="nodes")
+    gpu_type = models.CharField(max_length=64, blank=True)
+    gpu_count = models.PositiveSmallIntegerField(default=0)
+    cpus = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveBigIntegerField(default=0)
+    gpus_used = models.PositiveSmallIntegerField(default=0)
+    state = models.CharField(max_length=64, blank=True)
+    state_reason = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="node_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class SlurmAccount(TimeStampedModel):
+    """Maps one Slurm account on one cluster to a Beacon team (data, not code)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="accounts")
+    name = models.CharField(max_length=64)
+    team = models.ForeignKey("accounts.Team", on_delete=models.CASCADE,
+                             related_name="slurm_accounts")
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"],
+                                               name="slurm_account_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}:{self.name} → {self.team.slug}"
+
+
+class SlurmAssociation(TimeStampedModel):
+    """A Slurm association (an account, or a user in an account) with its limits and usage.
+
+    Limits come from ``sacctmgr show assoc``, fairshare and decayed usage from ``sshare``;
+    both are TRES dicts as Slurm names them (``{"gres/gpu": 16}``), usage in TRES-minutes.
+    Rewritten by ``sync.sync_shares``; the quota pages read it.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="associations")
+    account = models.CharField(max_length=64)
+    user_name = models.CharField(max_length=64, blank=True, help_text="Empty: the account row")
+    parent = models.CharField(max_length=64, blank=True)
+    shares = models.CharField(max_length=32, blank=True)
+    qos = models.JSONField(default=list, blank=True)
+    default_qos = models.CharField(max_length=64, blank=True)
+    grp_tres = models.JSONField(default=dict, blank=True, help_text="GrpTRES (concurrent)")
+    grp_tres_mins = models.JSONField(default=dict, blank=True, help_text="GrpTRESMins (quota)")
+    grp_tres_run_mins = models.JSONField(default=dict, blank=True)
+    max_tres = models.JSONField(default=dict, blank=True)
+    grp_jobs = models.IntegerField(null=True, blank=True)
+    max_wall_min = models.IntegerField(null=True, blank=True)
+    norm_shares = models.FloatField(null=True, blank=True)
+    raw_usage = models.BigIntegerField(default=0)
+    effective_usage = models.FloatField(null=True, blank=True)
+    fairshare = models.FloatField(null=True, blank=True)
+    level_fs = models.FloatField(null=True, blank=True)
+    usage_tres_mins = models.JSONField(default=dict, blank=True,
+                                       help_text="GrpTRESRaw: decayed TRES-minutes used")
+    running_tres_mins = models.JSONField(default=dict, blank=True,
+                                         help_text="TRESRunMins: remaining minutes of running jobs")
+
+    class Meta:
+        ordering = ["cluster", "account", "user_name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "account", "user_name"],
+                                               name="slurm_association_unique")]
+
+    def __str__(self) -> str:
+        who = f"{self.account}/{self.user_name}" if self.user_name else self.account
+        return f"{self.cluster.name}:{who}"

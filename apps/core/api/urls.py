@@ -1,0 +1,7 @@
+from rest_framework.routers import SimpleRouter
+
+from apps.core.api import views
+
+router = SimpleRouter()
+router.register("task-runs", views.TaskRunViewSet, basename="taskrun")
+urlpatterns = router.urls

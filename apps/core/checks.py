@@ -1,0 +1,56 @@
+"""System checks on the configuration: run by every manage.py command and in CI."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.checks import Error, Warning, register
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not an absolute http(s) URL, or None when it is fine."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        return "has no http:// or https:// scheme"
+    if not parts.hostname:
+        return "has no host"
+    return None
+
+
+@register()
+def check_service_urls(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    errors = []
+    for name, hint in (
+        ("PROMETHEUS_URL", "e.g. http://127.0.0.1:9090"),
+        ("SLURM_REST_URL", "e.g. http://127.0.0.1:6820"),
+    ):
+        value = getattr(settings, name, "")
+        problem = value and url_problem(value)
+        if problem:
+            errors.append(Error(f"{name}={value!r} {problem}", hint=hint, id="clusters.E001"))
+    if settings.SLURM_BACKEND == "rest" and not settings.SLURM_REST_URL:
+        errors.append(Error("SLURM_BACKEND=rest needs SLURM_REST_URL", id="clusters.E002"))
+    return errors
+
+
+@register()
+def check_redis_url(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    url = settings.REDIS_URL
+    if url and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        return [Error(f"REDIS_URL={url!r} is not a redis:// URL", id="core.E001")]
+    return []
+
+
+@register(deploy=True)
+def check_embedded_default(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """The embedded default is for a demo or one user, not for a shared deployment."""
+    warnings = []
+    if "sqlite3" in settings.DATABASES["default"]["ENGINE"]:
+        warnings.append(Warning("DATABASE_URL is unset: running on SQLite",
+                                hint="set DATABASE_URL=postgres://...", id="core.W001"))
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        warnings.append(Warning("REDIS_URL is unset: background tasks run inside web requests",
+                                hint="set REDIS_URL=redis://... and run a worker", id="core.W002"))
+    return warnings

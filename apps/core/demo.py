@@ -1,0 +1,260 @@
+"""Load a simulator folder through Beacon's real import paths (the demo).
+
+Nothing here writes jobs, metrics or traces itself: the folder is a Slurm ``files``
+backend for the sync, a prolog history for ``import_gpu_map``, telemetry files for the
+archive's ``OpenMetricsSource`` and trace folders for ``import_trace``. This module only
+creates what a site's admin would set up by hand (the cluster row, teams, users,
+contacts) and runs the importers in order. Every step is idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
+from django.db import transaction
+
+from apps.accounts.models import Contact, Membership, Team
+from apps.clusters import labels, sync
+from apps.clusters.models import Cluster, SlurmAccount
+from apps.core.batch import fewer_collections
+from apps.jobs import archive, traces
+from apps.jobs.models import Job, JobMetrics, TraceRun
+from apps.security.services import detect_simulated
+from apps.slo import services as slo
+
+Report = Callable[[str, int, int], None]  # stage, done, total
+ADMIN = "admin"
+# What the sync reads (sacctmgr_assoc.txt and sshare.txt are optional, as on a real site)
+REQUIRED = ("slurm/sacct.json", "slurm/squeue.json", "slurm/sinfo.json",
+            "slurm/scontrol_partitions.txt")
+CONTACTS = [("data", "Storage team"), ("network", "Network team"),
+            ("hardware", "Hardware on-call"), ("code", "ML platform help desk")]
+
+
+class DemoError(Exception):
+    """The folder is not a simulator output Beacon can load."""
+
+
+@dataclass
+class LoadResult:
+    cluster: str = ""
+    stages: dict[str, dict[str, Any]] = field(default_factory=dict)
+    logins: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def describe(folder: Path) -> dict[str, Any]:
+    """The simulator's ``cluster.json`` (teams, nodes, telemetry step)."""
+    try:
+        desc = json.loads((folder / "cluster.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DemoError(f"{folder}: no readable cluster.json; is this a simulator "
+                        f"output folder? ({exc})") from exc
+    if not desc.get("simulated") or not desc.get("name"):
+        raise DemoError(f"{folder / 'cluster.json'}: not written by Beacon's simulator")
+    return dict(desc)
+
+
+def _check_complete(folder: Path) -> None:
+    """Refuse a folder missing the Slurm files the sync reads, before anything is stored."""
+    missing = [name for name in REQUIRED if not (folder / name).is_file()]
+    if missing:
+        raise DemoError(f"{folder}: incomplete simulator output, missing {', '.join(missing)}; "
+                        f"simulate again (manage.py simulate --out {folder})")
+
+
+def load(folder: Path, report: Report | None = None) -> LoadResult:
+    """Import everything in ``folder``; safe to run again on the same folder."""
+    report = report or (lambda stage, done, total: None)
+    desc = describe(folder)
+    _check_complete(folder)
+    result = LoadResult(cluster=desc["name"])
+    cluster = ensure_cluster(desc, folder)
+    result.logins = ensure_people(cluster, desc)
+    with fewer_collections():  # millions of short-lived telemetry tuples (apps/core/batch.py)
+        for stage, step in _steps(cluster, folder, report):
+            started = time.perf_counter()
+            stats = step()
+            stats["seconds"] = round(time.perf_counter() - started, 1)
+            result.stages[stage] = stats
+    return result
+
+
+def _steps(cluster: Cluster, folder: Path,
+           report: Report) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
+    yield "nodes", lambda: sync.sync_nodes(cluster)
+    yield "shares", lambda: sync.sync_shares(cluster)  # sacctmgr associations + sshare
+    yield "jobs", lambda: sync.sync_cluster(cluster).stats()
+    yield "queue", lambda: sync.sync_queue(cluster).stats()
+    yield "gpu history", lambda: _gpu_history(cluster, folder / "slurm" / "gpu-map.log")
+    yield "labels", lambda: _label_all(cluster)
+    # the simulated "now": running jobs' snapshots then end where the telemetry ends, and a
+    # second load computes exactly the same rows (idempotent)
+    now = datetime.fromtimestamp(int(describe(folder)["now"]), tz=UTC)
+    yield "archive", lambda: archive_telemetry(cluster, folder / "telemetry", report, now)
+    yield "traces", lambda: import_traces(cluster, folder / "traces", report)
+    yield "security", lambda: detect_simulated(cluster, folder, now)
+    yield "slo", lambda: evaluate_slos(now)
+
+
+# --- Set-up an admin would do ------------------------------------------------------------
+
+
+def ensure_cluster(desc: dict[str, Any], folder: Path) -> Cluster:
+    """The cluster row: simulated, its Slurm as the folder's saved output."""
+    step = int(desc.get("telemetry", {}).get("step") or 30)
+    models = {n["gpu_type"]: n["model"] for n in desc.get("nodes", [])}
+    cluster, _ = Cluster.objects.update_or_create(name=desc["name"], defaults={
+        "display_name": f"{desc['name']} (simulated)", "is_simulated": True,
+        "slurm_backend": Cluster.SlurmBackend.FILES,
+        "slurm_settings": {"dir": str((folder / "slurm").resolve())},
+        "metric_labels": {"scrape_interval": step},
+        "gpu_types": [{"name": t, "model": m} for t, m in sorted(models.items())],
+    })
+    return cluster
+
+
+def ensure_people(cluster: Cluster, desc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Teams from the Slurm accounts, their leads and members, an admin, and contacts.
+
+    Users get random passwords once; they are kept (mode 0600) in the data folder and
+    printed by the command, never stored in git or in the folder.
+    """
+    rows = [(ADMIN, "platform admin")]
+    with transaction.atomic():
+        for team_desc in desc.get("teams", []):
+            team = _team(cluster, team_desc)
+            rows.append((team_desc["lead"], f"lead of {team.slug}"))
+            rows += [(m, f"member of {team.slug}") for m in team_desc["members"]
+                     if m != team_desc["lead"]]
+        for area, name in CONTACTS:
+            Contact.objects.get_or_create(area=area, name=name,
+                                          defaults={"email": f"{area}@example.org"})
+        return _logins(rows, desc)
+
+
+def _team(cluster: Cluster, team_desc: dict[str, Any]) -> Team:
+    slug = team_desc["account"]
+    team, _ = Team.objects.update_or_create(slug=slug, defaults={
+        "name": team_desc.get("description") or slug.title()})
+    SlurmAccount.objects.update_or_create(cluster=cluster, name=slug, defaults={"team": team})
+    return team
+
+
+def _logins(rows: list[tuple[str, str]], desc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    path = Path(settings.DATA_DIR) / "demo-logins.txt"
+    lines = path.read_text().splitlines() if path.exists() else []
+    known = dict(line.split()[:2] for line in lines if len(line.split()) >= 2)
+    user_model = get_user_model()
+    roles: dict[str, str] = {}
+    for name, role in rows:
+        roles.setdefault(name, role)  # a name's first role, in the rows' order
+    passwords = {name: known.get(name) or secrets.token_urlsafe(9) for name in roles}
+    users = {name: user_model.objects.get_or_create(username=name) for name in roles}
+    fresh = [name for name, (_, created) in users.items() if created or name not in known]
+    # PBKDF2 releases the GIL: the demo's ~17 hashes (about 0.25 s each) on both cores
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        hashes = dict(zip(fresh, pool.map(lambda n: make_password(passwords[n]), fresh),
+                          strict=True))
+    logins = []
+    for name, (user, _) in users.items():
+        if name in hashes:
+            user.password = hashes[name]
+        user.is_staff = user.is_superuser = name == ADMIN
+        user.save()
+        logins.append((name, passwords[name], roles[name]))
+    _memberships(desc)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.write_text("".join(f"{n} {p} {r}\n" for n, p, r in logins))
+    return logins
+
+
+def _memberships(desc: dict[str, Any]) -> None:
+    users = {u.username: u for u in get_user_model().objects.all()}
+    for team_desc in desc.get("teams", []):
+        team = Team.objects.get(slug=team_desc["account"])
+        for name in {team_desc["lead"], *team_desc["members"]}:
+            role = Membership.Role.LEAD if name == team_desc["lead"] else Membership.Role.MEMBER
+            Membership.objects.update_or_create(user=users[name], team=team,
+                                                defaults={"role": role})
+
+
+# --- The import steps --------------------------------------------------------------------
+
+
+def _gpu_history(cluster: Cluster, log: Path) -> dict[str, Any]:
+    if not log.exists():
+        return {"intervals": 0, "note": "no gpu-map.log"}
+    with log.open(encoding="utf-8", errors="replace") as lines:
+        return sync.import_gpu_map(cluster, lines)
+
+
+def _label_all(cluster: Cluster) -> dict[str, Any]:
+    """``label_jobs`` works in batches (a beat task's share); the demo wants them all."""
+    total: dict[str, int] = {"jobs": 0, "labelled": 0}
+    while True:
+        stats = labels.label_jobs(cluster)
+        total["jobs"] += stats["jobs"]
+        total["labelled"] += stats["labelled"]
+        if stats["jobs"] == 0 or stats["labelled"] == 0:
+            return total
+
+
+def archive_telemetry(cluster: Cluster, folder: Path, report: Report,
+                      now: datetime | None = None) -> dict[str, Any]:
+    """Every started GPU job without a final archive, from the telemetry files (one pass
+    over them: ``archive_many``), with progress."""
+    files = sorted(folder.glob("*.om")) if folder.is_dir() else []
+    todo = (Job.objects.filter(cluster=cluster, gpu_equivalent__gt=0, start_time__isnull=False)
+            .exclude(metrics__status__in=JobMetrics.FINAL).select_related("cluster"))
+    count = todo.count()
+    if not files or not count:
+        return {"jobs": 0, "files": len(files)}
+    source = archive.OpenMetricsSource([folder], archive.catalogue_for(cluster))
+    statuses: dict[str, int] = {}
+    # a queryset, not a list: the pass then holds one batch of jobs at a time
+    for metrics in archive.iter_archive(todo, source, now=now,
+                                        progress=lambda d, t: report("archive", d, t)):
+        statuses[str(metrics.status)] = statuses.get(str(metrics.status), 0) + 1
+    return {"jobs": count, "files": len(files), **statuses}
+
+
+def import_traces(cluster: Cluster, folder: Path, report: Report) -> dict[str, Any]:
+    """``traces/<job id>/`` folders through ``import_trace`` (re-imports update in place)."""
+    dirs = sorted(d for d in folder.iterdir() if d.is_dir() and d.name.isdigit()) \
+        if folder.is_dir() else []
+    jobs = {j.job_id: j for j in Job.objects.filter(cluster=cluster,
+                                                     job_id__in=[int(d.name) for d in dirs])}
+    done, missing = 0, []
+    for number, directory in enumerate(dirs, start=1):
+        job = jobs.get(int(directory.name))
+        if job is None:
+            missing.append(directory.name)
+            continue
+        traces.import_trace(job, _trace_files(directory))
+        done += 1
+        report("traces", number, len(dirs))
+    return {"imported": done, "unknown_jobs": missing,
+            "stored": TraceRun.objects.filter(job__cluster=cluster).count()}
+
+
+def evaluate_slos(now: datetime) -> dict[str, Any]:
+    """Scorecards and monthly snapshots at the simulated "now" (nothing is sent: the
+    demo's people have no mail); a second load computes the same rows."""
+    result = slo.run_evaluation(now, notify=False, force_snapshots=True)
+    return {"scorecards": result.scorecards, "snapshots": result.snapshots}
+
+
+def _trace_files(directory: Path) -> Sequence[Path]:
+    return sorted(p for p in directory.iterdir() if p.is_file())

@@ -1,0 +1,41 @@
+"""``manage.py demo``: simulate a cluster (once) and load it, for ``make demo``.
+
+The folder is simulated only when it has no ``cluster.json`` yet (``--fresh`` forces a
+new one), so running ``make demo`` again reuses the same simulated month; loading it
+again changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandParser
+
+
+class Command(BaseCommand):
+    help = "Simulate the demo cluster (if not done yet) and load it through the real importers."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--out", type=Path, default=Path("data/demo"))
+        parser.add_argument("--nodes", type=int, default=16)
+        parser.add_argument("--days", type=float, default=30)
+        parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--telemetry-step", type=int, default=3600,
+                            help="seconds between telemetry samples for the month (the full "
+                                 "30 s is ~30 GB for 16 nodes; see apps/simulator/README.md)")
+        parser.add_argument("--fresh", action="store_true", help="simulate again")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        folder: Path = opts["out"]
+        started = time.monotonic()
+        if opts["fresh"] or not (folder / "cluster.json").exists():
+            call_command("simulate", out=str(folder), nodes=opts["nodes"], days=opts["days"],
+                         seed=opts["seed"], telemetry_step=opts["telemetry_step"],
+                         stdout=self.stdout)
+        else:
+            self.stdout.write(f"reusing the simulated cluster in {folder} (--fresh: a new one)")
+        call_command("load_demo", str(folder), stdout=self.stdout)
+        self.stdout.write(f"demo ready in {time.monotonic() - started:.0f} s")

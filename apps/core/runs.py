@@ -1,0 +1,41 @@
+"""Record a background run as a TaskRun row: running, then succeeded or failed."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from django.utils import timezone
+
+from apps.core.models import TaskRun
+
+if TYPE_CHECKING:
+    from apps.clusters.models import Cluster
+
+
+@contextmanager
+def tracked_run(kind: str, cluster: Cluster | None = None, target: str = "") -> Iterator[TaskRun]:
+    """Create a running TaskRun, yield it, then finish it.
+
+    The body may fill ``run.stats``; it is saved with the final status. An exception
+    marks the run failed with its traceback and is re-raised, so Celery's retry logic
+    still sees it. The row is written outside any transaction of the body, so a
+    rolled-back sync still leaves its failed run behind.
+    """
+    run = TaskRun.objects.create(
+        kind=kind, cluster=cluster, target=target[:200],
+        status=TaskRun.Status.RUNNING, started_at=timezone.now(),
+    )
+    try:
+        yield run
+    except BaseException as exc:
+        run.status = TaskRun.Status.FAILED
+        run.error = f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()}"[:20000]
+        run.finished_at = timezone.now()
+        run.save(update_fields=["status", "error", "finished_at", "stats"])
+        raise
+    run.status = TaskRun.Status.SUCCEEDED
+    run.finished_at = timezone.now()
+    run.save(update_fields=["status", "finished_at", "stats"])

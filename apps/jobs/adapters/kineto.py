@@ -1,0 +1,361 @@
+"""A streaming reader of PyTorch profiler traces (Chrome / Kineto JSON), one file per rank.
+
+Traces run to gigabytes per rank (HTA #250: 200 GB of traces needed 950 GB of RAM), so the
+reader never loads a file whole: it decompresses in bounded chunks (gzip detected by its
+magic bytes, not its suffix), decodes one event at a time (``jsonstream.walk``) and keeps
+only the events the phase analysis needs, as ``apps.analysis.trace_types.TraceEvent``.
+The rank comes from ``distributedInfo``, never from the file name.
+
+Every failure is an ``AdapterError`` whose message names the file: unreadable, over the size
+limit, a decompression bomb, truncated or corrupt gzip, invalid JSON, not a trace.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import math
+import multiprocessing
+import re
+import sys
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from apps.analysis.trace_types import DistributedInfo, Kind, RankTrace, TraceEvent
+from apps.clusters.adapters.base import AdapterError
+from apps.jobs.adapters.jsonstream import JsonStreamError, walk
+
+SERVICE = "kineto"
+GZIP_MAGIC = b"\x1f\x8b"
+CHUNK_BYTES = 256 << 10  # bigger chunks only add decoded events in flight
+MIB = 1 << 20
+# A bomb is recognised early by its expansion ratio, once this much has come out of it.
+RATIO_CHECK_AFTER = 16 * MIB
+TRACE_SUFFIXES = (".json", ".gz")
+
+_KEPT_CPU_OPS = (
+    "autograd::engine::evaluate_function",
+    "torch::autograd::AccumulateGrad",
+    "c10d::",
+    "record_param_comms",
+    "nccl:",
+    "gloo:",
+)
+_KERNEL_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+_LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+_INT_RE = re.compile(r"-?\d+")
+
+
+@dataclass(frozen=True)
+class TraceLimits:
+    """How much one trace file may weigh, stored and decompressed.
+
+    ``max_ratio`` refuses a gzip that expands more than that many times once 16 MiB have
+    come out of it: profiler JSON compresses about tenfold, a bomb a thousandfold.
+    """
+
+    max_file_bytes: int = 1024 * MIB
+    max_decompressed_bytes: int = 8192 * MIB
+    max_ratio: int = 100
+
+
+class KinetoReader:
+    """Reads trace files into ``RankTrace`` values, within ``limits``."""
+
+    def __init__(self, limits: TraceLimits | None = None) -> None:
+        self.limits = limits or TraceLimits()
+
+    def read(self, path: Path) -> RankTrace:
+        """Stream one trace file and keep what the phase analysis needs."""
+        digest = hashlib.sha256()
+        try:
+            with path.open("rb") as raw:
+                self._check_size(path, raw)
+                chunks = _decompressed_chunks(path, raw, digest, self.limits)
+                parsed = _parse(path, chunks)
+        except OSError as exc:
+            raise _error(path, f"cannot read it ({exc.strerror or exc})") from exc
+        return parsed.rank_trace(str(path), digest.hexdigest())
+
+    def read_many(self, paths: Sequence[Path], workers: int = 1) -> list[RankTrace | AdapterError]:
+        """Read several files, in ``workers`` processes when above 1; errors are returned.
+
+        One file per rank, as HTA's parser pool does. Keep ``workers=1`` inside Celery
+        workers: their daemonic processes cannot have children.
+        """
+        if workers <= 1 or len(paths) < 2:
+            return [self._read_or_error(path) for path in paths]
+        # fork: the children only parse files, and start in milliseconds
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(min(workers, len(paths)), mp_context=context) as pool:
+            return list(pool.map(self._read_or_error, paths))
+
+    def _read_or_error(self, path: Path) -> RankTrace | AdapterError:
+        try:
+            return self.read(path)
+        except AdapterError as exc:
+            return exc
+
+    def _check_size(self, path: Path, raw: IO[bytes]) -> None:
+        size = path.stat().st_size
+        if size > self.limits.max_file_bytes:
+            raise _error(path, f"is {size / MIB:.1f} MiB, over the limit of "
+                               f"{self.limits.max_file_bytes / MIB:.0f} MiB per trace file")
+        if size == 0:
+            raise _error(path, "is empty")
+
+
+def find_trace_files(paths: Iterable[Path]) -> list[Path]:
+    """Expand folders (the ``tensorboard_trace_handler`` layout) into their trace files.
+
+    A folder contributes its ``*.json`` and ``*.gz`` files, not recursively and not hidden
+    ones; a file is taken as it is, whatever its name.
+    """
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.iterdir() if _looks_like_trace(p))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise AdapterError(f"trace path {path} does not exist", service=SERVICE)
+    return found
+
+
+def _looks_like_trace(path: Path) -> bool:
+    name = path.name.lower()
+    return path.is_file() and not name.startswith(".") and name.endswith(TRACE_SUFFIXES)
+
+
+def _error(path: Path, message: str, detail: str = "") -> AdapterError:
+    return AdapterError(f"trace file {path} {message}", service=SERVICE, detail=detail)
+
+
+# --- Bytes: size limits and gzip --------------------------------------------------------
+
+
+class _CountingReader:
+    """A read-only file wrapper that hashes and counts the stored bytes as they go by."""
+
+    def __init__(self, raw: IO[bytes], digest: Any) -> None:
+        self.raw, self.digest, self.count = raw, digest, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.raw.read(size)
+        self.count += len(data)
+        self.digest.update(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        # GzipFile asks for it only to rewind, which a stream read once never needs
+        raise OSError("trace streams cannot seek")
+
+
+def _decompressed_chunks(path: Path, raw: IO[bytes], digest: Any,
+                         limits: TraceLimits) -> Iterator[bytes]:
+    """Yield the file's JSON bytes, gunzipped when it starts with the gzip magic."""
+    is_gzip = raw.read(2) == GZIP_MAGIC
+    raw.seek(0)
+    counter = _CountingReader(raw, digest)
+    if not is_gzip:
+        yield from iter(lambda: counter.read(CHUNK_BYTES), b"")
+        return
+    stream = gzip.GzipFile(fileobj=counter, mode="rb")
+    total = 0
+    while chunk := _gunzip(path, stream):
+        total += len(chunk)
+        _check_expansion(path, total, counter.count, limits)
+        yield chunk
+
+
+def _gunzip(path: Path, stream: gzip.GzipFile) -> bytes:
+    try:
+        return stream.read(CHUNK_BYTES)
+    except EOFError as exc:
+        raise _error(path, "is a truncated gzip file (it ends before the end-of-stream "
+                           "marker: an interrupted upload or copy?)") from exc
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise _error(path, f"is a corrupt gzip file ({exc})") from exc
+
+
+def _check_expansion(path: Path, total: int, stored: int, limits: TraceLimits) -> None:
+    if total > limits.max_decompressed_bytes:
+        raise _error(path, f"decompresses past the limit of "
+                           f"{limits.max_decompressed_bytes / MIB:.0f} MiB: refused "
+                           f"(a decompression bomb, or raise the limit)")
+    if total > RATIO_CHECK_AFTER and total > limits.max_ratio * max(stored, 1):
+        raise _error(path, f"expands more than {limits.max_ratio}x when decompressed: "
+                           f"refused as a decompression bomb")
+
+
+# --- JSON: stream the events, keep what the analysis needs ------------------------------
+
+
+@dataclass
+class _Parsed:
+    events: list[TraceEvent]
+    distributed: Any = None
+    base_time_ns: Any = None
+    seen_events: int = 0
+    dropped: int = 0
+
+    def take(self, raws: list[Any]) -> None:
+        """Look at raw events: keep each, count it as dropped, or let it go."""
+        self.seen_events += len(raws)
+        for raw in raws:
+            # the fast way out for the bulk of a trace: aten:: ops on the CPU
+            if raw.__class__ is dict and raw.get("cat") == "cpu_op":
+                name = raw.get("name")
+                if name.__class__ is str and not _kept_cpu_op(name):
+                    continue
+            kept = _event(raw)
+            if kept is _DROPPED:
+                self.dropped += 1
+            elif isinstance(kept, TraceEvent):
+                self.events.append(kept)
+
+    def rank_trace(self, source: str, sha256: str) -> RankTrace:
+        """Check the file was a trace and build the value the analysis reads."""
+        path = Path(source)
+        if self.seen_events == 0:
+            raise _error(path, "is not a PyTorch profiler trace: it has no traceEvents")
+        base = self.base_time_ns if isinstance(self.base_time_ns, int) else None
+        notes = (f"{self.dropped} events with a negative duration or a non-numeric time "
+                 f"were ignored",) if self.dropped else ()
+        return RankTrace(source=source, distributed=_distributed(path, self.distributed),
+                         events=tuple(self.events), base_time_ns=base, sha256=sha256,
+                         dropped=self.dropped, notes=notes)
+
+
+def _parse(path: Path, chunks: Iterator[bytes]) -> _Parsed:
+    """One pass over the bytes: each trace event is looked at once, then kept or dropped."""
+    parsed = _Parsed(events=[])
+    try:
+        members = walk(chunks, "traceEvents", parsed.take)
+    except JsonStreamError as exc:
+        if exc.not_json:
+            raise _error(path, f"is not valid JSON (truncated or corrupt): {exc}",
+                         detail=str(exc)) from exc
+        raise _error(path, f"is not a PyTorch profiler trace: {exc}") from exc
+    parsed.distributed = members.get("distributedInfo")
+    parsed.base_time_ns = members.get("baseTimeNanoseconds")
+    return parsed
+
+
+_DROPPED = object()
+
+
+def _event(raw: Any) -> TraceEvent | object | None:
+    """The kept form of one raw event, ``None`` when not needed, ``_DROPPED`` when unusable."""
+    if type(raw) is not dict or raw.get("ph") != "X":
+        return None
+    name, cat = raw.get("name"), raw.get("cat")
+    name = name if isinstance(name, str) else ""
+    if cat == "cpu_op" and not _kept_cpu_op(name):
+        return None
+    args = raw.get("args")
+    args = args if isinstance(args, dict) else {}
+    kind = _kind(cat, name, args)
+    if kind is None:
+        return None
+    ts, dur = _number(raw.get("ts")), _number(raw.get("dur", 0))
+    if ts is None or dur is None or dur < 0:
+        return _DROPPED
+    return TraceEvent(
+        kind=kind, name=sys.intern(name) if kind is not Kind.LAUNCH else "",
+        ts=ts, dur=dur, thread=_thread(raw.get("tid")),
+        correlation=_int_or_none(args.get("correlation")),
+        collective=_collective(raw.get("cat"), name, args),
+    )
+
+
+def _kept_cpu_op(name: str) -> bool:
+    return name.startswith(_KEPT_CPU_OPS) or "Backward" in name
+
+
+def _kind(cat: Any, name: str, args: dict[str, Any]) -> Kind | None:
+    if cat == "user_annotation":
+        return Kind.STEP if name.startswith("ProfilerStep#") else Kind.ANNOTATION
+    if cat == "gpu_user_annotation":
+        return Kind.GPU_ANNOTATION
+    if cat in _KERNEL_CATS:
+        return Kind.KERNEL
+    if cat in _LAUNCH_CATS:
+        return Kind.LAUNCH if "correlation" in args else None
+    if cat == "collective_comm":
+        return Kind.CPU_OP
+    if cat == "cpu_op":  # _event already let only the kept names through
+        return Kind.CPU_OP
+    return None
+
+
+def _collective(cat: Any, name: Any, args: dict[str, Any]) -> str:
+    value = args.get("Collective name")
+    if isinstance(value, str) and value:
+        return sys.intern(value)
+    return name if cat == "collective_comm" and isinstance(name, str) else ""
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _thread(value: Any) -> int | str:
+    return value if isinstance(value, int | str) and not isinstance(value, bool) else ""
+
+
+# --- distributedInfo ---------------------------------------------------------------------
+
+
+def _distributed(path: Path, info: Any) -> DistributedInfo | None:
+    """Parse ``distributedInfo``; ``None`` when the file has none (not a distributed run)."""
+    if info is None:
+        return None
+    rank, world = (_as_int(info.get(key)) if isinstance(info, dict) else None
+                   for key in ("rank", "world_size"))
+    if rank is None or world is None or not 0 <= rank < world:
+        raise _error(path, f"has an unusable distributedInfo (rank={_show(info, 'rank')}, "
+                           f"world_size={_show(info, 'world_size')})")
+    backend = info.get("backend")
+    return DistributedInfo(rank=rank, world_size=world,
+                           backend=backend if isinstance(backend, str) else "",
+                           group_ranks=_default_group_ranks(info.get("pg_config")))
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and _INT_RE.fullmatch(value.strip()):
+        return int(value)
+    return None
+
+
+def _show(info: Any, key: str) -> str:
+    return repr(info.get(key)) if isinstance(info, dict) else "missing"
+
+
+def _default_group_ranks(pg_config: Any) -> tuple[int, ...]:
+    """Ranks of the default process group; Kineto's on-demand path writes them as a string."""
+    if not isinstance(pg_config, list):
+        return ()
+    groups = [g for g in pg_config if isinstance(g, dict)]
+    default = next((g for g in groups if g.get("pg_desc") == "default_pg"), None)
+    ranks = (default or (groups[0] if groups else {})).get("ranks")
+    if isinstance(ranks, str):
+        return tuple(int(r) for r in _INT_RE.findall(ranks))
+    if isinstance(ranks, list):
+        return tuple(r for r in ranks if isinstance(r, int) and not isinstance(r, bool))
+    return ()

@@ -1,0 +1,211 @@
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from apps.jobs.models import (
+    Job,
+    JobFinding,
+    JobGpu,
+    JobMetrics,
+    JobMetricSummary,
+    JobNodeMetrics,
+    TraceRun,
+)
+
+
+class JobGpuSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name")
+
+    class Meta:
+        model = JobGpu
+        fields = ["node", "gpu_index", "gpu_uuid", "start", "end"]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name")
+    team = serializers.CharField(source="team.slug", allow_null=True, default=None)
+    exit = serializers.CharField(source="exit_text")
+    url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "cluster", "job_id", "display_id", "array_job_id", "array_task_id",
+            "het_job_id", "het_job_offset", "name", "user_name", "account", "team",
+            "partition", "qos", "state", "reason", "exit_code", "exit_signal", "exit",
+            "submit_time", "eligible_time", "start_time", "end_time", "time_limit_min",
+            "nodes", "node_count", "cpus", "memory_mb", "gpus", "gpu_shards",
+            "gpu_equivalent", "gpu_types", "tres_alloc", "labels", "updated_at", "url",
+        ]
+
+    def get_url(self, job: Job) -> str:
+        return f"/jobs/{job.cluster.name}/{job.job_id}/"
+
+
+class JobDetailSerializer(JobSerializer):
+    gpus_held = JobGpuSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "work_dir", "comment", "gpus_held"]
+
+
+# --- Metrics, the straggler verdict, series --------------------------------------------------
+
+
+class JobMetricSummarySerializer(serializers.ModelSerializer):
+    """One GPU of the job: activity, the time split, health and traffic."""
+
+    class Meta:
+        model = JobMetricSummary
+        exclude = ["id", "job", "series"]
+
+
+class JobNodeMetricsSerializer(serializers.ModelSerializer):
+    """One node of the job (node-shared: other jobs on the node add to these numbers)."""
+
+    ib_degraded = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = JobNodeMetrics
+        exclude = ["id", "job", "series"]
+
+
+class StragglerGpuSerializer(serializers.Serializer):
+    gpu = serializers.CharField()
+    waiting = serializers.FloatField()
+    peer_waiting = serializers.FloatField()
+    slowdown = serializers.FloatField(help_text="0.5: its work per step takes 50 % longer")
+    cause = serializers.CharField()
+
+
+class EvidenceSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    gpu = serializers.CharField()
+    text = serializers.CharField()
+    value = serializers.FloatField(allow_null=True)
+
+
+class StragglerSerializer(serializers.Serializer):
+    """The straggler verdict from telemetry (docs/stragglers.md)."""
+
+    status = serializers.CharField(source="straggler_status",
+                                   help_text="found, none, undetermined or not_applicable")
+    confidence = serializers.CharField(source="straggler_confidence")
+    summary = serializers.CharField(source="straggler_summary")
+    stragglers = StragglerGpuSerializer(many=True, source="straggler_detail.stragglers",
+                                        default=list)
+    waiting_gpus = serializers.ListField(child=serializers.CharField(), default=list,
+                                         source="straggler_detail.waiting_gpus")
+    reasons = serializers.ListField(child=serializers.CharField(), default=list,
+                                    source="straggler_detail.reasons")
+    limits = serializers.ListField(child=serializers.CharField(), default=list,
+                                   source="straggler_detail.limits")
+    evidence = EvidenceSerializer(many=True, source="straggler_detail.evidence", default=list)
+
+
+class JobMetricsSerializer(serializers.ModelSerializer):
+    """A job's stored GPU metrics: efficiency, the straggler verdict, per GPU and per node."""
+
+    straggler = StragglerSerializer(source="*", read_only=True)
+    gpus = JobMetricSummarySerializer(many=True, source="job.metric_summaries",
+                                      read_only=True)
+    nodes = JobNodeMetricsSerializer(many=True, source="job.node_metrics", read_only=True)
+
+    class Meta:
+        model = JobMetrics
+        fields = ["status", "source", "binding", "measure", "window_start", "window_end",
+                  "step_s", "points", "allocated_gpu_hours", "useful_hours", "waiting_hours",
+                  "held_idle_hours", "no_process_hours", "useful_fraction", "coverage",
+                  "means", "verdict", "gpus_missing", "warnings", "computed_at", "straggler",
+                  "gpus", "nodes"]
+
+
+class ChannelsSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="gpu01:3 or a node's host name")
+    channels = serializers.DictField(
+        child=serializers.ListField(child=serializers.FloatField(allow_null=True)),
+        help_text="channel -> one value per point (null: no sample); ratios are 0..1, "
+                  "rates in B/s, temperature °C, clock MHz, throttle a bitmask")
+
+
+class JobSeriesSerializer(serializers.Serializer):
+    """The archived down-sampled series: point k covers (start + k*step, start + (k+1)*step]."""
+
+    start = serializers.DateTimeField(allow_null=True)
+    step_s = serializers.FloatField()
+    points = serializers.IntegerField()
+    gpus = ChannelsSerializer(many=True, help_text="job-exclusive")
+    nodes = ChannelsSerializer(many=True, help_text="node-shared")
+
+
+# --- Findings and traces --------------------------------------------------------------------
+
+
+class ContactSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    email = serializers.CharField()
+    url = serializers.CharField()
+
+
+class FindingEvidenceSerializer(serializers.Serializer):
+    fact = serializers.CharField()
+    label = serializers.CharField()
+    shown = serializers.CharField()
+    anchor = serializers.CharField(help_text="the job page section showing it (#anchor)")
+
+
+class JobFindingSerializer(serializers.ModelSerializer):
+    """What to check and whom to talk to, with the facts it rests on."""
+
+    contact = ContactSerializer(allow_null=True, read_only=True)
+    evidence = FindingEvidenceSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = JobFinding
+        fields = ["id", "source", "key", "area", "severity", "title", "text", "hint", "route",
+                  "contact", "evidence", "created_at"]
+
+
+class TraceRankSerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    step_ms = serializers.FloatField()
+    phases_ms = serializers.DictField(child=serializers.FloatField())
+
+
+class TraceStragglerSerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    phase = serializers.CharField()
+    excess_ms = serializers.FloatField()
+
+
+class TraceRunSerializer(serializers.ModelSerializer):
+    """One phase and straggler analysis of a job's profiler traces (docs/traces.md)."""
+
+    job = serializers.IntegerField(source="job_id", read_only=True)
+    cluster = serializers.CharField(source="job.cluster.name", read_only=True)
+    job_id = serializers.IntegerField(source="job.job_id", read_only=True)
+    straggler = serializers.SerializerMethodField()
+    ranks = serializers.SerializerMethodField()
+
+    class Meta:
+        model = TraceRun
+        fields = ["id", "job", "cluster", "job_id", "world_size", "steps", "timeline",
+                  "dominant_phase", "straggler", "waiting_ranks", "communication_bound",
+                  "partial", "warnings", "files", "recorded_start", "recorded_end",
+                  "created_at", "ranks"]
+
+    @extend_schema_field(TraceStragglerSerializer(allow_null=True))
+    def get_straggler(self, run: TraceRun) -> dict[str, Any] | None:
+        return run.report()["straggler"]
+
+    @extend_schema_field(TraceRankSerializer(many=True))
+    def get_ranks(self, run: TraceRun) -> list[dict[str, Any]]:
+        return [r.as_dict() for r in run.ranks.all()]
+
+
+class TraceUploadSerializer(serializers.Serializer):
+    files = serializers.ListField(child=serializers.FileField(),
+                                  help_text="one Kineto trace per rank, .json or .json.gz")

@@ -1,0 +1,126 @@
+"""The jobs API: jobs, their metrics, series, diagnosis and trace analyses, all through
+``visible_to`` (an invisible job is a 404; routes and statuses in the permission matrix)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from apps.accounts.permissions import VIEW
+from apps.analysis.phases import TraceAnalysisError
+from apps.clusters.adapters.base import AdapterError
+from apps.core.api.strict import StrictCursorPagination
+from apps.jobs import services, traces
+from apps.jobs.api.serializers import (
+    JobDetailSerializer,
+    JobFindingSerializer,
+    JobMetricsSerializer,
+    JobSerializer,
+    JobSeriesSerializer,
+    TraceRunSerializer,
+)
+from apps.jobs.filters import JobFilterSet
+from apps.jobs.models import Job, JobMetrics, TraceRun
+
+# Files as binary parts, and nothing else: spectacular would document a ListField of files as
+# URIs and let any other field through, so clients (and the fuzzer) could not know the shape.
+TRACE_UPLOAD_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["files"],
+    "properties": {"files": {"type": "array", "minItems": 1,
+                             "items": {"type": "string", "format": "binary"},
+                             "description": "one Kineto trace per rank, .json or .json.gz"}},
+}
+
+
+class JobCursor(StrictCursorPagination):
+    ordering = ("-submit_time", "-id")
+
+
+class JobViewSet(viewsets.ReadOnlyModelViewSet):
+    """Jobs the caller may see: their own, their led teams', or all for admins."""
+
+    queryset = Job.objects.none()
+    serializer_class = JobSerializer
+    filterset_class = JobFilterSet
+    pagination_class = JobCursor
+    required_action = VIEW
+    write_action: str | None = None  # only the trace upload writes (its action sets VIEW)
+
+    def get_queryset(self) -> Any:
+        qs = Job.objects.visible_to(self.request.user).select_related("cluster", "team")
+        if self.action == "retrieve":
+            qs = qs.prefetch_related("gpus_held__node")
+        return qs
+
+    def get_serializer_class(self) -> Any:
+        return JobDetailSerializer if self.action == "retrieve" else JobSerializer
+
+    @extend_schema(responses=JobMetricsSerializer)
+    @action(detail=True, filter_backends=[])
+    def metrics(self, request: Request, pk: str | None = None) -> Response:
+        """Stored metrics: efficiency, the straggler verdict, per-GPU and per-node summaries
+        (``status: pending`` and empty lists until the job is archived)."""
+        job = self.get_object()
+        metrics = JobMetrics.objects.filter(job=job).first() or JobMetrics(job=job)
+        return Response(JobMetricsSerializer(metrics).data)
+
+    @extend_schema(responses=JobSeriesSerializer)
+    @action(detail=True, filter_backends=[])
+    def series(self, request: Request, pk: str | None = None) -> Response:
+        """The archived series of every GPU (job-exclusive) and node (node-shared)."""
+        return Response(JobSeriesSerializer(services.series_payload(self.get_object())).data)
+
+    @extend_schema(responses=JobFindingSerializer(many=True))
+    @action(detail=True, filter_backends=[], pagination_class=None)
+    def diagnosis(self, request: Request, pk: str | None = None) -> Response:
+        """What to check and whom to talk to, worst first, each with its evidence."""
+        findings = services.findings_for(self.get_object())
+        return Response(JobFindingSerializer(findings, many=True).data)
+
+    @extend_schema(methods=["GET"], responses=TraceRunSerializer(many=True))
+    @extend_schema(methods=["POST"], request={"multipart/form-data": TRACE_UPLOAD_SCHEMA},
+                   responses={201: TraceRunSerializer,
+                              400: OpenApiResponse(description="no file, a corrupt or "
+                                                               "non-trace file"),
+                              413: OpenApiResponse(description="over the upload limit")})
+    @action(detail=True, methods=["get", "post"], filter_backends=[], pagination_class=None,
+            parser_classes=[MultiPartParser, FormParser], write_action=VIEW)
+    def traces(self, request: Request, pk: str | None = None) -> Response:
+        """The job's trace analyses; POST uploads per-rank traces and analyses them."""
+        job = self.get_object()
+        if request.method == "GET":
+            runs = job.trace_runs.select_related("job__cluster").prefetch_related("ranks")
+            return Response(TraceRunSerializer(runs, many=True).data)
+        try:
+            # the body's size was checked before it was read (TraceUploadLimitMiddleware)
+            run = traces.import_uploads(job, request.FILES.getlist("files"))
+        except traces.UploadRefused as exc:
+            return Response({"detail": str(exc)}, status=exc.status)
+        except (AdapterError, TraceAnalysisError) as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(TraceRunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class TraceCursor(StrictCursorPagination):
+    ordering = ("-created_at", "-id")
+    page_size = 50
+
+
+class TraceRunViewSet(viewsets.ReadOnlyModelViewSet):
+    """Trace analyses of the jobs the caller may see."""
+
+    queryset = TraceRun.objects.none()
+    serializer_class = TraceRunSerializer
+    pagination_class = TraceCursor
+    required_action = VIEW
+    filter_backends: list[Any] = []
+
+    def get_queryset(self) -> Any:
+        return (TraceRun.objects.visible_to(self.request.user)
+                .select_related("job__cluster").prefetch_related("ranks"))

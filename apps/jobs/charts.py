@@ -1,0 +1,212 @@
+"""Plotly figures for the job page, built in Python from plain values (pure, unit-tested).
+
+Templates emit each figure with ``json_script`` and ``static/js/charts.js`` draws every
+``[data-figure]``. No model access here: views pass numbers in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from itertools import zip_longest
+from typing import Any
+
+Figure = dict[str, Any]
+
+SPLIT_COLOURS = {"useful": "#1a7f37", "waiting": "#b35900", "held_idle": "#c62828",
+                 "no_process": "#98a2b3"}
+SPLIT_LABELS = {"useful": "useful (computing)", "waiting": "busy, waiting",
+                "held_idle": "idle, memory held", "no_process": "no process"}
+# Every chart's title says its scope (issue 6): the GPUs were this job's alone, or the
+# node's counters also count other jobs on it.
+SCOPE_WORDS = {"job": "job-exclusive", "node": "node-shared"}
+_LAYOUT: dict[str, Any] = {"margin": {"l": 60, "r": 20, "t": 30, "b": 40}, "height": 260,
+                           "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)",
+                           "font": {"size": 12}}
+
+
+def activity_bars(means: Mapping[str, float], measure: str) -> Figure:
+    """GPU utilisation against SM (or fallback) activity against tensor-pipe activity."""
+    labels = {measure: _measure_label(measure), "gpu_util": "GPU util (busy)",
+              "tensor_active": "tensor pipe active"}
+    keys = [k for k in dict.fromkeys(("gpu_util", measure, "tensor_active")) if k in means]
+    return {
+        "data": [{"type": "bar", "orientation": "h", "y": [labels[k] for k in keys],
+                  "x": [round(means[k] * 100, 1) for k in keys],
+                  "text": [f"{means[k] * 100:.0f}%" for k in keys], "textposition": "auto",
+                  "marker": {"color": ["#3056d3", "#1a7f37", "#7b3fbf"][:len(keys)]},
+                  "hoverinfo": "x+y"}],
+        "layout": {**_LAYOUT, "height": 190, "margin": {**_LAYOUT["margin"], "l": 170},
+                   "title": _title("Busy, computing, tensor pipe (mean of the job's GPUs)"),
+                   "xaxis": {"range": [0, 100], "ticksuffix": "%"},
+                   "yaxis": {"autorange": "reversed"}},
+    }
+
+
+def split_bar(hours: Mapping[str, float]) -> Figure:
+    """Allocated GPU-hours as one stacked bar: useful / waiting / held idle / no process."""
+    data = [{"type": "bar", "orientation": "h", "name": SPLIT_LABELS[k], "y": ["GPU-hours"],
+             "x": [round(hours.get(k, 0.0), 2)], "marker": {"color": SPLIT_COLOURS[k]},
+             "hovertemplate": f"{SPLIT_LABELS[k]}: %{{x:.1f}} GPU-h<extra></extra>"}
+            for k in SPLIT_LABELS]
+    return {"data": data, "layout": {**_LAYOUT, "height": 170, "barmode": "stack",
+                                     "margin": {**_LAYOUT["margin"], "l": 20},
+                                     "title": _title("Allocated GPU-hours by use"),
+                                     "yaxis": {"showticklabels": False},
+                                     "legend": {"orientation": "h", "y": -0.4}}}
+
+
+def gpu_heatmap(rows: Sequence[tuple[str, Sequence[float | None]]], start: float, step: float,
+                title: str) -> Figure:
+    """A GPU x time heatmap (0..100 %); rows arrive grouped by node (``gpu01:0`` ...)."""
+    n = max((len(values) for _, values in rows), default=0)
+    times = [_iso(start + (k + 0.5) * step) for k in range(n)]
+    z = [[None if v is None else round(v * 100, 1) for v in values] for _, values in rows]
+    return {
+        "data": [{"type": "heatmap", "x": times, "y": [label for label, _ in rows], "z": z,
+                  "zmin": 0, "zmax": 100, "colorscale": "Viridis",
+                  "colorbar": {"title": {"text": "%"}},
+                  "hovertemplate": "%{y} %{x}<br>%{z:.0f}%<extra></extra>"}],
+        "layout": {**_LAYOUT, "height": max(180, 60 + 22 * len(rows)),
+                   "margin": {**_LAYOUT["margin"], "l": 80},
+                   "title": _title(title),
+                   "yaxis": {"autorange": "reversed", "type": "category", "dtick": 1}},
+    }
+
+
+def _title(text: str, scope: str = "job") -> dict[str, Any]:
+    return {"text": f"{text} · {SCOPE_WORDS[scope]}", "font": {"size": 13}}
+
+
+def _measure_label(measure: str) -> str:
+    return {"sm_active": "SM active (computing)", "gr_engine_active": "graphics engine active",
+            "gpu_util": "GPU util"}.get(measure, measure)
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- Per-GPU and per-node series ----------------------------------------------------------
+
+MAX_LINES = 64  # beyond this many GPUs, lines show per-node means (a legend of 256 is noise)
+PHASE_COLOURS = {"data_loading": "#8e5cd9", "forward": "#3056d3", "backward": "#1a7f37",
+                 "communication": "#b35900", "optimizer": "#0f8b8d", "other": "#98a2b3"}
+PHASE_LABELS = {"data_loading": "data loading", "forward": "forward", "backward": "backward",
+                "communication": "communication", "optimizer": "optimizer", "other": "other"}
+EVENT_LEVELS = ("none", "power cap", "HW slowdown", "thermal", "XID")
+_EVENT_COLOURS = ["#eef1f6", "#f2c94c", "#f2994a", "#c62828", "#4a0d0d"]
+
+
+def series_lines(rows: Sequence[tuple[str, Sequence[float | None]]], start: float, step: float,
+                 title: str, unit: str, scope: str, scale: float = 1.0,
+                 highlight: Sequence[str] = ()) -> Figure:
+    """One line per GPU (or node), grouped by node in the legend; ``highlight`` thickens
+    the named rows (the straggler). The title carries the scope: job-exclusive or shared."""
+    rows = _per_node_means(rows) if len(rows) > MAX_LINES else list(rows)
+    n = max((len(values) for _, values in rows), default=0)
+    times = [_iso(start + (k + 0.5) * step) for k in range(n)]
+    data = [{"type": "scatter", "mode": "lines", "name": label, "x": times,
+             "y": [None if v is None else round(v * scale, 3) for v in values],
+             "legendgroup": label.split(":", 1)[0], "connectgaps": False,
+             "line": {"width": 3 if label in highlight else 1.2},
+             "hovertemplate": f"{label} %{{x}}<br>%{{y:.3~f}} {unit}<extra></extra>"}
+            for label, values in rows]
+    return {"data": data, "layout": {
+        **_LAYOUT, "height": 240, "margin": {**_LAYOUT["margin"], "t": 36},
+        "title": _title(title, scope),
+        "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
+        "showlegend": len(rows) <= 16, "legend": {"font": {"size": 10}}}}
+
+
+def _per_node_means(rows: Sequence[tuple[str, Sequence[float | None]]]
+                    ) -> list[tuple[str, list[float | None]]]:
+    by_node: dict[str, list[Sequence[float | None]]] = {}
+    for label, values in rows:
+        by_node.setdefault(f"{label.split(':', 1)[0]} (mean)", []).append(values)
+    out = []
+    for node, series in by_node.items():
+        columns = zip(*series, strict=False)
+        out.append((node, [_mean_known(c) for c in columns]))
+    return out
+
+
+def _mean_known(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def event_level(throttle: float | None, xid: float | None) -> int | None:
+    """The worst event in a sample: XID > thermal > HW slowdown > power cap > none."""
+    if throttle is None and xid is None:
+        return None
+    if xid:
+        return 4
+    bits = int(throttle or 0)
+    for level, mask in ((3, 0x20 | 0x40), (2, 0x08), (1, 0x04 | 0x80)):
+        if bits & mask:
+            return level
+    return 0
+
+
+def events_heatmap(rows: Sequence[tuple[str, Sequence[float | None], Sequence[float | None]]],
+                   start: float, step: float) -> Figure:
+    """GPU x time of throttle reasons and XIDs: (label, throttle bitmask, XID) per GPU."""
+    n = max((max(len(t), len(x)) for _, t, x in rows), default=0)
+    times = [_iso(start + (k + 0.5) * step) for k in range(n)]
+    z = [[event_level(t, x) for t, x in zip_longest(throttle, xid)] for _, throttle, xid in rows]
+    colours = [[i / 4, c] for i, c in enumerate(_EVENT_COLOURS)]
+    return {
+        "data": [{"type": "heatmap", "x": times, "y": [label for label, _, _ in rows], "z": z,
+                  "zmin": 0, "zmax": 4, "colorscale": colours,
+                  "colorbar": {"tickvals": [0, 1, 2, 3, 4], "ticktext": list(EVENT_LEVELS)},
+                  "hovertemplate": "%{y} %{x}<br>level %{z}<extra></extra>"}],
+        "layout": {**_LAYOUT, "height": max(160, 60 + 18 * len(rows)),
+                   "margin": {**_LAYOUT["margin"], "l": 80, "t": 36},
+                   "title": _title("Throttle reasons and XID errors"),
+                   "yaxis": {"autorange": "reversed", "type": "category", "dtick": 1}},
+    }
+
+
+def waiting_bars(rows: Sequence[tuple[str, float, float]], stragglers: Sequence[str]) -> Figure:
+    """Per GPU: computing and busy-but-waiting shares; the stragglers stand out."""
+    labels = [label for label, _, _ in rows]
+    colour = ["#c62828" if label in stragglers else "#b35900" for label in labels]
+    return {"data": [
+        {"type": "bar", "name": "computing (SM active)", "x": labels,
+         "y": [round(c * 100, 1) for _, c, _ in rows], "marker": {"color": "#1a7f37"}},
+        {"type": "bar", "name": "busy, waiting", "x": labels,
+         "y": [round(w * 100, 1) for _, _, w in rows], "marker": {"color": colour}},
+    ], "layout": {**_LAYOUT, "barmode": "stack", "height": 250,
+                  "margin": {**_LAYOUT["margin"], "t": 60},
+                  "title": _title("Computing and waiting per GPU"),
+                  "yaxis": {"range": [0, 100], "ticksuffix": "%"},
+                  "xaxis": {"type": "category"}, "legend": {"orientation": "h", "y": 1.15}}}
+
+
+def phase_bars(ranks: Sequence[tuple[int, Mapping[str, float]]], straggler: int | None,
+               straggler_phase: str, waiting: Sequence[int]) -> Figure:
+    """Per rank, the mean step split into phases (stacked, ms). The straggler rank and the
+    ranks that merely waited are labelled apart: the waiters' long communication is the
+    straggler's doing, not theirs."""
+    labels = [_rank_label(rank, straggler, straggler_phase, waiting) for rank, _ in ranks]
+    data = [{"type": "bar", "orientation": "h", "name": PHASE_LABELS[p], "y": labels,
+             "x": [round(phases.get(p, 0.0), 2) for _, phases in ranks],
+             "marker": {"color": PHASE_COLOURS[p]},
+             "hovertemplate": f"%{{y}}<br>{PHASE_LABELS[p]}: %{{x:.1f}} ms<extra></extra>"}
+            for p in PHASE_COLOURS]
+    return {"data": data, "layout": {
+        **_LAYOUT, "barmode": "stack", "height": max(180, 70 + 24 * len(ranks)),
+        "margin": {**_LAYOUT["margin"], "l": 190},
+        "title": _title("Mean step per rank, from the job's traces"),
+        "xaxis": {"title": {"text": "ms per step"}},
+        "yaxis": {"autorange": "reversed", "type": "category"},
+        "legend": {"orientation": "h", "y": -0.25}}}
+
+
+def _rank_label(rank: int, straggler: int | None, phase: str, waiting: Sequence[int]) -> str:
+    if rank == straggler:
+        return f"rank {rank} ◀ straggler ({PHASE_LABELS.get(phase, phase)})"
+    if rank in waiting:
+        return f"rank {rank} (waited)"
+    return f"rank {rank}"

@@ -1,0 +1,59 @@
+"""Celery tasks of the jobs app: thin, ids in, one service call, a TaskRun per run."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from apps.clusters.adapters.base import AdapterError
+from apps.clusters.models import Cluster
+from apps.core.retries import RETRY, RETRY_DB
+from apps.core.runs import tracked_run
+from apps.jobs import archive, traces
+from apps.jobs.models import Job
+
+
+@shared_task(bind=True, **RETRY)
+def archive_job(self, job_pk: int, force: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """Archive (finished) or snapshot (running) one job's GPU metrics.
+
+    Each attempt is a TaskRun whose stats say which attempt it was and how many retries
+    are left after it (0: a failure there is final), so retries with backoff can be seen.
+    """
+    job = Job.objects.select_related("cluster").get(pk=job_pk)
+    try:
+        with tracked_run("archive_job", cluster=job.cluster, target=str(job)) as run:
+            run.stats = {"attempt": self.request.retries + 1,
+                         "retries_left": max(0, (self.max_retries or 0) - self.request.retries)}
+            metrics = archive.archive_job(job, force=force)
+            run.stats.update(status=metrics.status, measure=metrics.measure,
+                             gpus=job.metric_summaries.count())
+    except AdapterError:
+        # The embedded default has no worker to retry later, and the error is already on
+        # the job's metrics row and the TaskRun: the page shows it and asks again.
+        if self.request.is_eager:
+            return
+        raise
+
+
+@shared_task(**RETRY_DB)
+def archive_pending() -> None:
+    """The safety net behind the end-of-job hook: enqueue every finished, unarchived job."""
+    with tracked_run("archive_pending") as run:
+        pks = archive.pending_job_pks()
+        for pk in pks:
+            archive_job.delay_on_commit(pk)
+        run.stats = {"enqueued": len(pks)}
+
+
+@shared_task(**RETRY_DB)
+def collect_all_traces() -> None:
+    """Enqueue a collection for each cluster with a folder under ``TRACE_ROOT``."""
+    for pk in traces.clusters_with_traces():
+        collect_traces.delay_on_commit(pk)
+
+
+@shared_task(**RETRY_DB)
+def collect_traces(cluster_id: int) -> None:
+    """Import one cluster's new or changed traces from ``TRACE_ROOT`` (a TaskRun per run;
+    ``manage.py collect_traces`` is its twin)."""
+    traces.collect_cluster(Cluster.objects.get(pk=cluster_id))

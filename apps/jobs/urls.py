@@ -1,0 +1,12 @@
+from django.urls import path
+
+from apps.jobs import views
+
+urlpatterns = [
+    path("jobs/", views.JobListView.as_view(), name="jobs-list"),
+    path("jobs/<slug:cluster>/<int:job_id>/", views.JobDetailView.as_view(), name="jobs-detail"),
+    path("jobs/<slug:cluster>/<int:job_id>/metrics/", views.JobMetricsPartialView.as_view(),
+         name="jobs-metrics"),
+    path("jobs/<slug:cluster>/<int:job_id>/traces/", views.JobTraceUploadView.as_view(),
+         name="jobs-traces"),
+]

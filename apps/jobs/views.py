@@ -1,0 +1,164 @@
+"""Job list and job page, always starting from ``Job.objects.visible_to(user)``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.views import View
+from django.views.generic import DetailView, TemplateView
+
+from apps.accounts.permissions import VIEW, ActionRequiredMixin, lead_team_ids
+from apps.analysis.phases import TraceAnalysisError
+from apps.clusters.adapters.base import AdapterError
+from apps.clusters.models import Cluster
+from apps.core.context_processors import simulated_banner
+from apps.core.paging import keyset_page
+from apps.jobs import services, traces
+from apps.jobs.filters import JobFilterSet
+from apps.jobs.models import Job, JobMetrics
+
+PAGE_SIZE = 50
+SCOPES = ("mine", "team", "all")
+
+
+class JobListView(ActionRequiredMixin, TemplateView):
+    """Self-service job list: "my jobs", "my team's jobs" (leads) and "all" (admins)."""
+
+    template_name = "jobs/list.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        user = self.request.user
+        led = lead_team_ids(user)
+        scope = self.request.GET.get("scope", "mine")
+        if scope not in SCOPES:
+            scope = "mine"
+        jobs = Job.objects.visible_to(user)
+        if scope == "mine":
+            jobs = jobs.filter(user=user)
+        elif scope == "team":
+            jobs = jobs.filter(team_id__in=led)
+        filterset = JobFilterSet(self.request.GET, queryset=jobs)
+        grouped = self.request.GET.get("group", "arrays") != "tasks" and \
+            not self.request.GET.get("q")
+        rows = services.list_rows(filterset.qs, grouped)
+        # the team scope reads each led team's (team, -submit_time) index on its own
+        split = ("team_id", led) if scope == "team" else None
+        page = keyset_page(rows, self.request.GET.get("after", ""), PAGE_SIZE, "submit_time",
+                           split)
+        query = self.request.GET.copy()
+        query.pop("after", None)
+        ctx.update(
+            scope=scope, scopes=_scopes_for(user, led), filter=filterset, page=page,
+            query=query.urlencode(), grouped=grouped,
+            arrays=services.array_summaries(page.rows) if grouped else {},
+            slurm_clusters=Cluster.objects.visible_to(user).fed_by_slurm(),
+        )
+        return ctx
+
+
+def _scopes_for(user: Any, led: list[int]) -> list[tuple[str, str]]:
+    scopes = [("mine", "My jobs")]
+    if led:
+        scopes.append(("team", "My team's jobs"))
+    if user.is_staff:
+        scopes.append(("all", "All jobs"))
+    return scopes
+
+
+class JobDetailView(ActionRequiredMixin, DetailView):
+    """The job page. A job the user may not see is a 404, never a 403."""
+
+    template_name = "jobs/detail.html"
+    context_object_name = "job"
+
+    def get_queryset(self) -> QuerySet[Job]:
+        return Job.objects.visible_to(self.request.user).select_related("cluster", "team", "user")
+
+    def get_object(self, queryset: QuerySet[Job] | None = None) -> Job:
+        return get_object_or_404(self.get_queryset(), cluster__name=self.kwargs["cluster"],
+                                 job_id=self.kwargs["job_id"])
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        job = self.object
+        ctx["leads"] = (job.team.memberships.filter(role="lead", user__is_active=True)
+                        .select_related("user") if job.team else [])
+        ctx["gpus_held"] = job.gpus_held.select_related("node")
+        ctx["array_siblings"] = (
+            Job.objects.visible_to(self.request.user)
+            .filter(cluster=job.cluster, array_job_id=job.array_job_id)
+            .exclude(pk=job.pk).order_by("array_task_id")[:50]
+            if job.array_job_id else []
+        )
+        ctx.update(_metrics_card(job))
+        ctx.update(services.traces_panel(job))
+        ctx["upload_limit_mb"] = settings.TRACE_UPLOAD_MAX_MB
+        ctx.update(simulated_banner(job.cluster))
+        return ctx
+
+
+def _metrics_card(job: Job) -> dict[str, Any]:
+    """The stored metrics at once; a worker is asked to refresh them when they are stale.
+
+    The page never waits on Prometheus (with a worker); under the embedded default the
+    task runs in-process and records, rather than raises, a failure.
+    """
+    asked = None
+    if services.needs_refresh(job, JobMetrics.objects.filter(job=job).first()):
+        asked = services.request_refresh(job)
+    card = services.metrics_card(job)
+    card["refresh_unavailable"] = asked == services.Refresh.UNAVAILABLE
+    return card
+
+
+class JobMetricsPartialView(JobDetailView):
+    """The metric-derived sections alone: what the page polls (htmx) while a refresh runs."""
+
+    template_name = "jobs/partials/metrics.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        return {"job": self.object, **services.metrics_card(self.object),
+                "trace_runs": list(self.object.trace_runs.all()[:1])}
+
+
+class JobTraceUploadView(ActionRequiredMixin, View):
+    """Upload a job's profiler traces from its page; the analysis is stored, the files not.
+
+    Anyone who sees the job may upload (its owner, their lead, admins). A refused or
+    corrupt upload comes back to the page as a message naming the file: the page stays up.
+    """
+
+    write_action = VIEW
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest, cluster: str, job_id: int) -> HttpResponse:
+        job = get_object_or_404(Job.objects.visible_to(request.user).select_related("cluster"),
+                                cluster__name=cluster, job_id=job_id)
+        try:
+            # the body's size was checked before it was read (TraceUploadLimitMiddleware)
+            run = traces.import_uploads(job, request.FILES.getlist("files"))
+        except (traces.UploadRefused, AdapterError, TraceAnalysisError) as exc:
+            messages.error(request, f"Trace upload refused: {exc}")
+        else:
+            messages.success(request, f"Traces analysed: {run.world_size} ranks, {run.steps} "
+                                      f"steps. {_straggler_words(run)}")
+        return HttpResponseSeeOther(reverse("jobs-detail", args=[cluster, job_id]) + "#phases")
+
+
+def _straggler_words(run: Any) -> str:
+    if run.straggler_rank is None:
+        return "No straggler rank."
+    return f"Straggler: rank {run.straggler_rank} ({run.straggler_phase})."
+
+
+class HttpResponseSeeOther(HttpResponseRedirect):
+    """303: after a POST, the browser GETs the page (no resubmission on reload)."""
+
+    status_code = 303

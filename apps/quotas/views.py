@@ -1,0 +1,118 @@
+"""Quota pages: usage against each team's quota (members of the team and admins), and the
+admins' edit flow: value and reason -> preview (the exact sacctmgr command, Slurm's dry run)
+-> confirmation -> write. A conflict or a Slurm failure comes back to the form with the
+reason; nothing is applied then."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.generic import TemplateView
+
+from apps.accounts.models import Team
+from apps.accounts.permissions import ADMIN, ActionRequiredMixin
+from apps.chargeback.services import ChargebackError, current_month, parse_month
+from apps.clusters.adapters.base import AdapterError
+from apps.clusters.models import SlurmAccount
+from apps.jobs.views import HttpResponseSeeOther
+from apps.quotas import services
+from apps.quotas.models import QuotaAlert, QuotaChange
+
+
+def visible_accounts(user: Any) -> QuerySet[SlurmAccount]:
+    """Slurm accounts of the teams the user may see (all for admins)."""
+    return (SlurmAccount.objects.filter(team__in=Team.objects.visible_to(user))
+            .select_related("team", "cluster").order_by("team__name", "cluster__name", "name"))
+
+
+class QuotaHomeView(ActionRequiredMixin, TemplateView):
+    """Each visible account: quota in force, usage bar, forecast, drift; admins see changes."""
+
+    template_name = "quotas/home.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        user = self.request.user
+        accounts = visible_accounts(user)
+        ctx["rows"] = services.usage_for(accounts)
+        ctx["changes"] = QuotaChange.objects.visible_to(user).select_related(
+            "account__cluster", "actor")[:30]
+        ctx["alerts"] = QuotaAlert.objects.filter(account__in=accounts).select_related(
+            "account")[:20]
+        return ctx
+
+
+class QuotaEditView(ActionRequiredMixin, TemplateView):
+    """Admins: set one account's quota for a month (GET: the form; POST: preview or apply)."""
+
+    template_name = "quotas/edit.html"
+    required_action = ADMIN
+
+    def _account(self) -> SlurmAccount:
+        return get_object_or_404(visible_accounts(self.request.user), pk=self.kwargs["pk"])
+
+    def _month(self, data: Any) -> Any:
+        raw = data.get("month")
+        try:
+            return parse_month(raw) if raw else current_month()
+        except ChargebackError as exc:
+            raise Http404(str(exc)) from None
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        account = self._account()
+        ctx.update(account=account, month=self._month(self.request.GET),
+                   changes=QuotaChange.objects.filter(account=account).select_related(
+                       "actor")[:50],
+                   usage=services.usage_for([account])[0])
+        return ctx
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        account, data = self._account(), request.POST
+        month = self._month(data)
+        ctx: dict[str, Any] = {"account": account, "month": month, "hours": data.get("hours", ""),
+                               "reason": data.get("reason", ""), "usage":
+                               services.usage_for([account])[0],
+                               "changes": QuotaChange.objects.filter(account=account)[:50]}
+        if data.get("step") == "apply":
+            return self._apply(request, account, month, ctx)
+        try:
+            minutes = services.parse_hours(account, month, ctx["hours"])
+            ctx["preview"] = services.preview(account, month, minutes)
+        except (services.QuotaError, AdapterError) as exc:
+            ctx["error"] = str(exc)
+        return render(request, self.template_name, ctx)
+
+    def _apply(self, request: HttpRequest, account: SlurmAccount, month: Any,
+               ctx: dict[str, Any]) -> HttpResponse:
+        data = request.POST
+        try:
+            seen = _optional_int(data.get("seen_minutes", ""))
+            minutes = services.parse_hours(account, month, ctx["hours"])
+            quota = services.apply(account, month, minutes, seen,
+                                   _optional_int(data.get("seen_version", "")) or 0,
+                                   ctx["reason"], request.user)
+        except services.QuotaConflict as exc:
+            ctx["error"] = f"Not applied: {exc}"
+            return render(request, self.template_name, ctx, status=409)
+        except (services.QuotaError, AdapterError, ValueError) as exc:
+            ctx["error"] = f"Not applied: {exc}"
+            return render(request, self.template_name, ctx)
+        word = "scheduled" if quota.state == quota.State.SCHEDULED else "written to Slurm"
+        messages.success(request, f"{account.name} {month:%Y-%m}: {quota.gpu_hours_text} "
+                                  f"{word}.")
+        return HttpResponseSeeOther(reverse("quotas-home"))
+
+
+def _optional_int(raw: str) -> int | None:
+    raw = raw.strip()
+    if not raw:
+        return None
+    if not raw.lstrip("-").isdigit():
+        raise ValueError(f"{raw!r} is not a whole number")
+    return int(raw)

@@ -1,0 +1,344 @@
+"""Telemetry for security rules: every GPU and node of a cluster over a window.
+
+Two sources give the same ``RawTelemetry``:
+
+- :func:`from_prometheus`: one range query per GPU measure (``avg_over_time`` per step, no
+  job filter: the free GPUs are the point) and a few node queries (InfiniBand bytes per
+  device, Ethernet egress, transport and link errors, partition-key errors) as rates, and
+  CPU: cores and busy cores from node_exporter's per-core idle seconds;
+- :func:`from_openmetrics`: the same families read from OpenMetrics files (the simulator's
+  demo path), counters turned into rates with ``counter_rate``.
+
+Every label value that reaches PromQL goes through ``promql`` (quoted, allow-listed).
+Failures are ``AdapterError`` (``TransientAdapterError`` when a retry can help).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+
+from apps.analysis.timeseries import Point, Series, counter_rate
+from apps.clusters.adapters.base import AdapterError
+from apps.clusters.adapters.catalogue import Catalogue
+from apps.clusters.adapters.prometheus import PrometheusClient
+from apps.clusters.adapters.promql import Matcher, any_of, duration, selector
+from apps.jobs.adapters.openmetrics import read_series
+
+GPU_MEASURES = ("gpu_util", "fb_used", "sm_active", "tensor_active", "power", "nvlink_tx")
+INSTANT_MEASURE = "fb_used"  # read at instants: who holds a GPU at the same moment
+# node measure -> (families, how: "rate" per second, or "increase" per bucket)
+NODE_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
+    "ib": (("node_infiniband_port_data_received_bytes_total",
+            "node_infiniband_port_data_transmitted_bytes_total"), "rate"),
+    "egress": (("node_network_transmit_bytes_total",), "rate"),
+    "transport_errors": (("node_infiniband_out_of_sequence_packets_received_total",
+                          "node_infiniband_duplicate_requests_packets_total",
+                          "node_infiniband_packet_sequence_errors_total"), "rate"),
+    "link_errors": (("node_infiniband_symbol_error_total",
+                     "node_infiniband_link_error_recovery_total"), "rate"),
+    "pkey_errors": (("node_infiniband_port_constraint_errors_received_total",
+                     "node_infiniband_port_constraint_errors_transmitted_total"), "increase"),
+}
+_FAMILY_MEASURE = {family: measure for measure, (families, _) in NODE_FAMILIES.items()
+                   for family in families}
+# CPU: node_exporter's per-core seconds; only mode="idle" is read (busy = cores - idle), so a
+# site that keeps only that mode (metric_relabel_configs) gives the same answer.
+CPU_FAMILY = "node_cpu_seconds_total"
+# Ethernet egress leaves out the loopback and InfiniBand's IPoIB devices.
+_NOT_EGRESS = re.compile(r"^(lo|ib.*)$")
+_FILE_TIME = re.compile(r"^(\d{8})T(\d{4})Z")
+
+
+@dataclass
+class RawTelemetry:
+    """GPU series with their labels (``hpc_job`` included) and node rates per measure.
+
+    ``nodes[host][measure]`` are ``(t, value)`` points: per-second rates, or increases per
+    bucket for ``pkey_errors``; ``cpu_cores`` and ``cpu_busy`` (cores not idle).
+    ``ib_devices[host][device]`` keeps InfiniBand per device,
+    so a finding can name the port. ``step`` is the spacing of the data (seconds).
+    """
+
+    step: float
+    gpus: list[tuple[str, Series]] = field(default_factory=list)
+    nodes: dict[str, dict[str, list[Point]]] = field(default_factory=dict)
+    ib_devices: dict[str, dict[str, list[Point]]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+# --- Prometheus --------------------------------------------------------------------------------
+
+
+def from_prometheus(client: PrometheusClient, catalogue: Catalogue, start: float, end: float,
+                    step: float) -> RawTelemetry:
+    """Every GPU's measures and every node's rates over ``(start, end]``, one point per step.
+
+    Raises ``AdapterError`` (transient for timeouts and an unreachable server).
+    """
+    raw = RawTelemetry(step)
+    cluster = _cluster(catalogue)
+    window = duration(max(step - 0.001, 0.001))
+    for measure in GPU_MEASURES:
+        spec = catalogue.metric(measure)
+        # Memory is read at each instant, not averaged: two jobs' series at one instant then
+        # mean two jobs at once (an average would also hold a job that ended mid-step).
+        template = "{sel}" if measure == INSTANT_MEASURE else "avg_over_time({sel}[{w}])"
+        expr = " or ".join(template.format(sel=selector(name, *cluster), w=window)
+                           for name in spec.names)
+        result = client.query_range(expr, start + step, end, step)
+        raw.warnings.extend(result.warnings)
+        raw.gpus.extend((measure, _scaled(s, spec.scale)) for s in result.series)
+    _prometheus_nodes(client, catalogue, start, end, step, raw)
+    return raw
+
+
+def _cluster(catalogue: Catalogue) -> list[Matcher]:
+    if catalogue.cluster_label and catalogue.cluster_value:
+        return [Matcher.eq(catalogue.cluster_label, catalogue.cluster_value)]
+    return []
+
+
+def _scaled(series: Series, scale: float) -> Series:
+    if scale == 1.0:
+        return series
+    return Series(series.metric, series.labels, tuple((t, v * scale) for t, v in series.points))
+
+
+def _prometheus_nodes(client: PrometheusClient, catalogue: Catalogue, start: float, end: float,
+                      step: float, raw: RawTelemetry) -> None:
+    node = catalogue.node_label
+    sel = ",".join(m.render() for m in _cluster(catalogue))
+    rate_window = duration(max(step, 4 * catalogue.scrape_interval))
+    for measure, (families, how) in NODE_FAMILIES.items():
+        names = any_of(families)  # metric names from the table above, quoted
+        extra = ',device!~"lo|ib.*"' if measure == "egress" else ""
+        by = f"{node}, device" if measure == "ib" else node
+        fn = "increase" if how == "increase" else "rate"
+        width = duration(step) if how == "increase" else rate_window
+        inner = "{" + ",".join(p for p in (f"__name__=~{names}", sel) if p) + extra + "}"
+        expr = f"sum by ({by}) ({fn}({inner}[{width}]))"
+        result = client.query_range(expr, start + step, end, step)
+        raw.warnings.extend(result.warnings)
+        for series in result.series:
+            host = series.labels.get(node, "").split(":", 1)[0]
+            if not host:
+                continue
+            if measure == "ib":
+                raw.ib_devices.setdefault(host, {})[series.labels.get("device", "")] = \
+                    list(series.points)
+            else:
+                raw.nodes.setdefault(host, {})[measure] = list(series.points)
+    _prometheus_cpu(client, catalogue, start, end, step, raw, rate_window)
+    _sum_devices(raw)
+
+
+def _prometheus_cpu(client: PrometheusClient, catalogue: Catalogue, start: float, end: float,
+                    step: float, raw: RawTelemetry, rate_window: str) -> None:
+    """Cores and busy cores per node: count of idle series, minus their idle rate."""
+    node = catalogue.node_label
+    idle = selector(CPU_FAMILY, Matcher.eq("mode", "idle"), *_cluster(catalogue))
+    cores = f"count by ({node}) ({idle})"
+    exprs = {"cpu_cores": cores,
+             "cpu_busy": f"{cores} - sum by ({node}) (rate({idle}[{rate_window}]))"}
+    for measure, expr in exprs.items():
+        result = client.query_range(expr, start + step, end, step)
+        raw.warnings.extend(result.warnings)
+        for series in result.series:
+            host = series.labels.get(node, "").split(":", 1)[0]
+            if host:
+                raw.nodes.setdefault(host, {})[measure] = list(series.points)
+
+
+def _sum_devices(raw: RawTelemetry) -> None:
+    for host, devices in raw.ib_devices.items():
+        total: dict[float, float] = defaultdict(float)
+        for points in devices.values():
+            for t, v in points:
+                total[t] += v
+        raw.nodes.setdefault(host, {})["ib"] = sorted(total.items())
+
+
+# --- OpenMetrics files -----------------------------------------------------------------------
+
+
+def telemetry_files(folder: Path, start: float, end: float) -> list[Path]:
+    """The ``.om`` files of ``folder`` that may hold samples in ``(start, end]``.
+
+    Files named like the simulator's (``20261101T0000Z.om``, one aligned window each) are
+    chosen by name; others are all read (and their samples clipped).
+    """
+    if not folder.is_dir():
+        raise AdapterError(f"{folder}: not a folder of OpenMetrics files", service="openmetrics")
+    paths = sorted(p for p in folder.iterdir() if p.suffix == ".om" and p.is_file())
+    stamps = [file_start(p) for p in paths]
+    if not paths or any(s is None for s in stamps):
+        return paths
+    kept = []
+    for i, path in enumerate(paths):
+        begin = stamps[i]
+        after = stamps[i + 1] if i + 1 < len(paths) else None
+        assert begin is not None
+        if begin <= end and (after is None or after > start):
+            kept.append(path)
+    return kept
+
+
+def file_start(path: Path) -> float | None:
+    """The start of a simulator-style file's window, from its name (None: another name)."""
+    match = _FILE_TIME.match(path.name)
+    if match is None:
+        return None
+    return float(calendar.timegm(time.strptime(match[1] + match[2], "%Y%m%d%H%M")))
+
+
+def from_openmetrics(paths: Sequence[Path], catalogue: Catalogue, start: float,
+                     end: float) -> RawTelemetry:
+    """The same measures read from OpenMetrics files, samples inside ``(start, end]``
+    (counters keep the sample before ``start``, so the first rate is known).
+
+    A malformed or truncated file raises ``AdapterError`` naming it and the line.
+    """
+    gpu_names = {name: m for m in GPU_MEASURES for name in catalogue.metric(m).names}
+    gpu_points: dict[tuple[str, tuple[tuple[str, str], ...]], list[Point]] = defaultdict(list)
+    counters: dict[tuple[str, str, str, str], list[Point]] = defaultdict(list)
+    wanted = set(gpu_names) | set(_FAMILY_MEASURE) | {CPU_FAMILY}
+    for path in paths:
+        try:
+            with path.open(encoding="utf-8", errors="replace") as lines:
+                _read(lines, wanted, gpu_names, catalogue, start, end, gpu_points, counters)
+        except OSError as exc:
+            raise AdapterError(f"{path.name}: cannot read ({exc})", service="openmetrics") from exc
+        except AdapterError as exc:
+            raise AdapterError(f"{path.name}: {exc}", service="openmetrics",
+                               detail=exc.detail) from exc
+    raw = RawTelemetry(_spacing(gpu_points.values()) or catalogue.scrape_interval)
+    for (measure, labels), points in gpu_points.items():
+        spec = catalogue.metric(measure)
+        raw.gpus.append((measure, _scaled(Series(spec.name, dict(labels),
+                                                 tuple(sorted(points))), spec.scale)))
+    _node_rates(counters, catalogue, start, raw)
+    return raw
+
+
+def _read(lines: Iterable[str], wanted: set[str], gpu_names: dict[str, str],
+          catalogue: Catalogue, start: float, end: float,
+          gpu_points: dict[tuple[str, tuple[tuple[str, str], ...]], list[Point]],
+          counters: dict[tuple[str, str, str, str], list[Point]]) -> None:
+    """One file's wanted series (parsed once per series by ``read_series``), clipped to
+    the window; counters keep a margin before it for their first rate."""
+    margin = 4 * catalogue.scrape_interval + 3600.0
+    for series in read_series(lines, lambda name, labels: name in wanted):
+        measure = gpu_names.get(series.metric)
+        if measure is not None:
+            key = (measure, tuple(sorted(series.labels.items())))
+            gpu_points[key].extend(p for p in series.points if start < p[0] <= end)
+            continue
+        labels = series.labels
+        host = labels.get(catalogue.node_label, "").split(":", 1)[0]
+        if series.metric == CPU_FAMILY:
+            if labels.get("mode") != "idle":
+                continue
+            node_key = (host, CPU_FAMILY, labels.get("cpu", ""), "")
+        else:
+            node_key = (host, series.metric, labels.get("device", ""), labels.get("port", ""))
+        counters[node_key].extend(p for p in series.points if start - margin < p[0] <= end)
+
+
+def _spacing(series: Iterable[list[Point]]) -> float | None:
+    """The sampling interval: the median over series of each one's smallest gap.
+
+    Not a series' median gap: a free GPU's series (no job label) is only written between
+    jobs, so its gaps include whole jobs.
+    """
+    smallest = []
+    for points in series:
+        times = sorted({t for t, _ in points})
+        gaps = [b - a for a, b in pairwise(times) if b > a]
+        if gaps:
+            smallest.append(min(gaps))
+        if len(smallest) >= 200:
+            break
+    return sorted(smallest)[len(smallest) // 2] if smallest else None
+
+
+def _node_rates(counters: dict[tuple[str, str, str, str], list[Point]], catalogue: Catalogue,
+                start: float, raw: RawTelemetry) -> None:
+    per_host: dict[tuple[str, str], dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    for (host, family, device, _port), points in counters.items():
+        if family == CPU_FAMILY:
+            _add_core(per_host, host, [p for p in counter_rate(sorted(points)) if p[0] > start])
+            continue
+        measure = _FAMILY_MEASURE[family]
+        if not host or (measure == "egress" and _NOT_EGRESS.match(device)):
+            continue
+        ordered = sorted(points)
+        rates = counter_rate(ordered)
+        if NODE_FAMILIES[measure][1] == "increase":
+            rates = tuple((t1, v * (t1 - t0)) for (t0, _), (t1, v) in
+                          zip(ordered, rates, strict=False))
+        kept = [(t, v) for t, v in rates if t > start]
+        if measure == "ib":
+            merged = raw.ib_devices.setdefault(host, {}).setdefault(device, [])
+            merged.extend(kept)
+        else:
+            for t, v in kept:
+                per_host[(host, measure)][t] += v
+    for (host, measure), values in per_host.items():
+        raw.nodes.setdefault(host, {})[measure] = sorted(values.items())
+    for measures in raw.nodes.values():
+        if "cpu_cores" in measures:
+            idle = dict(measures.pop("cpu_idle", []))
+            measures["cpu_busy"] = [(t, max(n - idle.get(t, 0.0), 0.0))
+                                    for t, n in measures["cpu_cores"]]
+    _sum_devices(raw)
+
+
+def _add_core(per_host: dict[tuple[str, str], dict[float, float]], host: str,
+              idle_rates: Iterable[Point]) -> None:
+    """One core's idle seconds per second, counted into its node's cores and idle cores."""
+    if not host:
+        return
+    for t, v in idle_rates:
+        per_host[(host, "cpu_cores")][t] += 1.0
+        per_host[(host, "cpu_idle")][t] += min(max(v, 0.0), 1.0)
+
+
+# --- Queries to show as evidence ---------------------------------------------------------------
+
+_EVIDENCE_MEASURES = {
+    "gpu_activity_without_job": ("gpu_util", "fb_used"),
+    "gpu_memory_left_after_job": ("fb_used", "gpu_util"),
+    "gpu_shared_between_users": ("fb_used",),
+    "miner_in_job": ("gpu_util", "tensor_active", "power"),
+}
+_EVIDENCE_NODE = {
+    "ib_traffic_without_multinode_job": "ib", "rdma_transport_errors": "transport_errors",
+    "ib_partition_key_violation": "pkey_errors", "miner_in_job": "egress",
+}
+
+
+def evidence_queries(catalogue: Catalogue, rule: str, host: str, gpu: int | None) -> list[str]:
+    """PromQL an admin can paste into Prometheus to see what the rule saw (label values
+    quoted by ``promql``; empty when the rule reads no telemetry or names no host)."""
+    if not host:
+        return []
+    queries = []
+    if gpu is not None:
+        for measure in _EVIDENCE_MEASURES.get(rule, ()):
+            name = catalogue.metric(measure).name
+            queries += [selector(name, Matcher.eq(label, host), Matcher.eq(catalogue.gpu_label,
+                                                                            str(gpu)))
+                        for label in catalogue.host_labels]
+    node_measure = _EVIDENCE_NODE.get(rule)
+    if node_measure is not None:
+        families, how = NODE_FAMILIES[node_measure]
+        inner = selector(families[0], Matcher.host(catalogue.node_label, [host]))
+        queries.append(f"{'increase' if how == 'increase' else 'rate'}({inner}[5m])")
+    return queries

@@ -1,0 +1,397 @@
+"""Security findings, the rules and allow-lists admins edit, and the inputs rules read.
+
+- ``SecurityRule``, ``AllowListEntry``, ``Advisory``: data admins edit (seeded defaults).
+- ``Finding`` and ``FindingEvent``: what detection found, its lifecycle and audit trail.
+- ``SshLogEvent``, ``NodeInventory``, ``ServiceProbe``, ``ScriptScan``: ingested inputs.
+- ``DetectionState``: one row per cluster, the claim and watermark of the detection runs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.accounts.models import Membership
+from apps.analysis import security_rules
+from apps.analysis.security_types import SEVERITIES, RuleConfig
+from apps.analysis.versions import Advisory as AdvisoryRecord
+from apps.analysis.versions import parse_version
+from apps.core.models import TimeStampedModel
+
+SEVERITY_CHOICES = [(s, s) for s in SEVERITIES]
+
+
+# --- Data admins edit -------------------------------------------------------------------------
+
+
+class SecurityRule(TimeStampedModel):
+    """One detection rule as this site runs it: on or off, its severity, its thresholds.
+
+    ``key`` names a rule of ``apps.analysis.security_rules.RULES``; ``params`` holds only
+    the thresholds the site changed (the rest keep their defaults).
+    """
+
+    key = models.SlugField(max_length=64, unique=True)
+    number = models.PositiveSmallIntegerField(help_text="Threat number in the issue's table")
+    title = models.CharField(max_length=200)
+    enabled = models.BooleanField(default=True)
+    severity = models.CharField(max_length=16, choices=SEVERITY_CHOICES)
+    attack = models.CharField(max_length=16, blank=True, help_text="MITRE ATT&CK technique")
+    params = models.JSONField(default=dict, blank=True,
+                              help_text="Thresholds that differ from the defaults")
+    notes = models.TextField(blank=True, help_text="Why this site changed the rule")
+
+    class Meta:
+        ordering = ["number", "key"]
+
+    def __str__(self) -> str:
+        return self.title
+
+    @property
+    def spec(self) -> security_rules.RuleSpec | None:
+        return security_rules.RULES.get(self.key)
+
+    def as_config(self) -> RuleConfig:
+        return security_rules.config(self.key, enabled=self.enabled, severity=self.severity,
+                                     params=self.params if isinstance(self.params, dict) else {})
+
+    def clean(self) -> None:
+        if self.key not in security_rules.RULES:
+            raise ValidationError({"key": f"{self.key!r} is not a known rule"})
+        if not isinstance(self.params, dict):
+            raise ValidationError({"params": "expected an object of thresholds"})
+        problems = security_rules.check_params(self.key, self.params)
+        if problems:
+            raise ValidationError({"params": problems})
+
+
+class AllowListEntry(TimeStampedModel):
+    """Something admins allow, for one cluster or all (``cluster`` empty).
+
+    ``value`` is a user name (admin and exempt users), a node name or glob (quiet nodes:
+    maintenance, drain, burn-in, health checks, optionally between ``starts_at`` and
+    ``ends_at``), or ``software=version`` (a patched version string: a backport).
+    """
+
+    class Kind(models.TextChoices):
+        ADMIN_USER = "admin_user", "Admin user (SSH to any node)"
+        EXEMPT_USER = "exempt_user", "Service account (health checks, burn-in)"
+        QUIET_NODES = "quiet_nodes", "Quiet nodes (maintenance, drain, burn-in)"
+        VERSION = "version", "Patched version string (backport)"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    cluster = models.ForeignKey("clusters.Cluster", null=True, blank=True,
+                                on_delete=models.CASCADE, related_name="security_allow_list")
+    value = models.CharField(max_length=200)
+    starts_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True)
+    reason = models.CharField(max_length=300)
+
+    class Meta:
+        ordering = ["kind", "value"]
+        verbose_name_plural = "allow-list entries"
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()}: {self.value}"
+
+    def clean(self) -> None:
+        value = (self.value or "").strip()
+        if not value:
+            raise ValidationError({"value": "required"})
+        if self.kind == self.Kind.VERSION and ("=" not in value or not value.split("=", 1)[1]):
+            raise ValidationError({"value": "write software=version, e.g. munge=0.5.15-2+deb12u1"})
+        if self.kind == self.Kind.QUIET_NODES and not fnmatch.translate(value):
+            raise ValidationError({"value": "a node name or glob, e.g. gpu0*"})
+        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
+            raise ValidationError({"ends_at": "must be after starts_at"})
+
+
+class Advisory(TimeStampedModel):
+    """A vulnerability advisory: which versions of a component it affects.
+
+    ``fixed_versions`` lists one fixed version per maintained branch ("22.05.11, 23.02.7,
+    23.11.1"); ``affected_from`` is the first affected version when older ones are safe.
+    """
+
+    software = models.CharField(max_length=100, help_text="As node inventories name it")
+    fixed_versions = models.CharField(max_length=300)
+    affected_from = models.CharField(max_length=50, blank=True)
+    branch_depth = models.PositiveSmallIntegerField(default=2)
+    cves = models.CharField(max_length=300, help_text="CVE ids, comma-separated")
+    severity = models.CharField(max_length=16, choices=SEVERITY_CHOICES, default="high")
+    note = models.CharField(max_length=300, blank=True)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["software", "cves"]
+
+    def __str__(self) -> str:
+        return f"{self.software} < {self.fixed_versions} ({self.cves})"
+
+    def as_record(self) -> AdvisoryRecord:
+        return AdvisoryRecord(self.software, _split(self.fixed_versions), _split(self.cves),
+                              self.severity, self.affected_from, self.branch_depth, self.note)
+
+    def clean(self) -> None:
+        bad = [v for v in _split(self.fixed_versions) if parse_version(v) is None]
+        if bad or not _split(self.fixed_versions):
+            raise ValidationError({"fixed_versions": f"not versions: {', '.join(bad) or '(none)'}"})
+        if self.affected_from and parse_version(self.affected_from) is None:
+            raise ValidationError({"affected_from": "not a version"})
+
+
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (text or "").split(",") if part.strip())
+
+
+# --- Findings ---------------------------------------------------------------------------------
+
+
+class FindingQuerySet(models.QuerySet["Finding"]):
+    def visible_to(self, user: Any) -> FindingQuerySet:
+        """The one visibility rule for findings.
+
+        Admins see all; a lead sees the findings about the teams they lead (the finding's
+        team or its job's team); a researcher sees the findings about their own jobs.
+        Inactive and anonymous users see nothing.
+        """
+        if not getattr(user, "is_active", False) or not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
+        return self.filter(Q(job__user=user) | Q(team_id__in=led) | Q(job__team_id__in=led))
+
+
+class Finding(models.Model):
+    """One security finding: what rule saw, about what, since when, and where it stands.
+
+    ``dedup_key`` (rule + condition) is unique per cluster: the same condition seen again
+    updates this row (``last_seen``, ``occurrences``) instead of adding one. ``evidence``
+    is JSON built by the rule (query, values, window, links); keys in ``PRIVATE_EVIDENCE``
+    are shown to platform admins only. Secrets are never in it, only their fingerprints.
+    """
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        ACKNOWLEDGED = "acknowledged"
+        RESOLVED = "resolved"
+        SUPPRESSED = "suppressed"
+
+    PRIVATE_EVIDENCE = frozenset({"query", "queries", "other_jobs", "candidates", "source_ip",
+                                  "users", "sources"})
+
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE,
+                                related_name="security_findings")
+    rule = models.ForeignKey(SecurityRule, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="findings")
+    rule_key = models.SlugField(max_length=64)
+    title = models.CharField(max_length=300)
+    severity = models.CharField(max_length=16, choices=SEVERITY_CHOICES)
+    confidence = models.CharField(max_length=8, blank=True)
+    attack = models.CharField(max_length=16, blank=True)
+    node_name = models.CharField(max_length=128, blank=True)
+    node = models.ForeignKey("clusters.Node", null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="security_findings")
+    gpu_index = models.PositiveSmallIntegerField(null=True, blank=True)
+    gpu_uuid = models.CharField(max_length=64, blank=True)
+    job = models.ForeignKey("jobs.Job", null=True, blank=True, on_delete=models.SET_NULL,
+                            related_name="security_findings")
+    job_id_raw = models.BigIntegerField(null=True, blank=True, help_text="Slurm job id")
+    user_name = models.CharField(max_length=64, blank=True, help_text="Slurm user name")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                             on_delete=models.SET_NULL, related_name="security_findings")
+    team = models.ForeignKey("accounts.Team", null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="security_findings")
+    evidence = models.JSONField(default=dict, blank=True)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    occurrences = models.PositiveIntegerField(default=1)
+    dedup_key = models.CharField(max_length=300)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    assignee = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                 on_delete=models.SET_NULL, related_name="assigned_findings")
+    status_reason = models.TextField(blank=True)
+    suppressed_until = models.DateTimeField(null=True, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    notify_pending = models.BooleanField(
+        default=False, help_text="Waiting for the next digest (non-critical findings)")
+    notified_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = FindingQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-last_seen", "-id"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "dedup_key"],
+                                               name="finding_dedup_unique")]
+        indexes = [
+            models.Index(fields=["status", "-last_seen"], name="finding_status_seen"),
+            models.Index(fields=["rule_key", "-last_seen"], name="finding_rule_seen"),
+            models.Index(fields=["notify_pending"], condition=Q(notify_pending=True),
+                         name="finding_notify_pending"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.severity})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in (self.Status.OPEN, self.Status.ACKNOWLEDGED)
+
+    def evidence_for(self, user: Any) -> dict[str, Any]:
+        """The evidence this user may read: admins all of it, others without private keys."""
+        evidence = self.evidence if isinstance(self.evidence, dict) else {}
+        if getattr(user, "is_staff", False):
+            return evidence
+        return {k: v for k, v in evidence.items() if k not in self.PRIVATE_EVIDENCE}
+
+    @property
+    def redacted(self) -> bool:
+        evidence = self.evidence if isinstance(self.evidence, dict) else {}
+        return bool(self.PRIVATE_EVIDENCE & set(evidence))
+
+
+class FindingEvent(models.Model):
+    """One change of a finding: who (empty: the detector), what, why, and its assignee then.
+
+    Append-only; written by ``apps.security.lifecycle`` and the detection run only.
+    """
+
+    class Action(models.TextChoices):
+        OPENED = "opened"
+        REOPENED = "reopened"
+        ACKNOWLEDGED = "acknowledged"
+        RESOLVED = "resolved"
+        SUPPRESSED = "suppressed"
+        UNSUPPRESSED = "unsuppressed", "suppression ended"
+        ASSIGNED = "assigned"
+        ESCALATED = "escalated", "severity raised"
+        NOTIFIED = "notified"
+
+    finding = models.ForeignKey(Finding, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                              on_delete=models.SET_NULL, related_name="finding_events")
+    action = models.CharField(max_length=16, choices=Action.choices)
+    from_status = models.CharField(max_length=16, blank=True)
+    to_status = models.CharField(max_length=16, blank=True)
+    assignee = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                 on_delete=models.SET_NULL, related_name="+")
+    reason = models.TextField(blank=True)
+    until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["finding", "at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.finding_id} at {self.at:%Y-%m-%d %H:%M}"
+
+
+# --- Inputs ---------------------------------------------------------------------------------
+
+
+class SshLogEvent(models.Model):
+    """One sshd event from a node's log (file or API ingest); ``digest`` of the line makes
+    ingesting the same lines twice a no-op."""
+
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE,
+                                related_name="ssh_events")
+    host = models.CharField(max_length=128)
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=16)
+    user_name = models.CharField(max_length=64, blank=True)
+    source = models.GenericIPAddressField(null=True, blank=True)
+    method = models.CharField(max_length=40, blank=True)
+    pid = models.PositiveIntegerField(default=0)
+    digest = models.CharField(max_length=32)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "digest"],
+                                               name="sshlogevent_unique")]
+        indexes = [models.Index(fields=["cluster", "at"], name="sshlogevent_cluster_at")]
+
+    def __str__(self) -> str:
+        return f"{self.host} {self.kind} {self.user_name} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class NodeInventory(models.Model):
+    """A node's software versions, as its last inventory reported them."""
+
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE,
+                                related_name="node_inventories")
+    node = models.CharField(max_length=128)
+    collected_at = models.DateTimeField()
+    software = models.JSONField(default=dict)
+    received_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster", "node"]
+        verbose_name_plural = "node inventories"
+        constraints = [models.UniqueConstraint(fields=["cluster", "node"],
+                                               name="nodeinventory_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.node} ({self.collected_at:%Y-%m-%d})"
+
+
+class ServiceProbe(models.Model):
+    """One GET of a service port on a compute node: what answered, and whether it asked
+    for authentication (collector output or ``manage.py probe_services``)."""
+
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE,
+                                related_name="service_probes")
+    node = models.CharField(max_length=128)
+    port = models.PositiveIntegerField()
+    service = models.CharField(max_length=64, blank=True)
+    url = models.CharField(max_length=500, blank=True)
+    status = models.PositiveSmallIntegerField(null=True, blank=True)
+    auth_required = models.BooleanField(null=True, blank=True)
+    job_id_raw = models.BigIntegerField(null=True, blank=True)
+    user_name = models.CharField(max_length=64, blank=True)
+    observed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-observed_at", "node", "port"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "node", "port", "observed_at"],
+                                               name="serviceprobe_unique")]
+        indexes = [models.Index(fields=["cluster", "observed_at"], name="serviceprobe_seen")]
+
+    def __str__(self) -> str:
+        return f"{self.node}:{self.port} {self.status}"
+
+
+class ScriptScan(models.Model):
+    """A job whose stored script (and environment) was scanned, so it is not fetched again.
+    Only the counts are kept, never the script."""
+
+    job = models.OneToOneField("jobs.Job", on_delete=models.CASCADE, related_name="script_scan")
+    scanned_at = models.DateTimeField(default=timezone.now)
+    had_script = models.BooleanField(default=False)
+    secrets = models.PositiveSmallIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"scan of {self.job_id}"
+
+
+class DetectionState(models.Model):
+    """Per cluster: the claim (one detection run at a time) and the telemetry watermark
+    (the end of the last window whose telemetry was read), so a run after an outage
+    catches up from there."""
+
+    cluster = models.OneToOneField("clusters.Cluster", on_delete=models.CASCADE,
+                                   related_name="detection_state")
+    running_since = models.DateTimeField(null=True, blank=True)
+    telemetry_until = models.DateTimeField(null=True, blank=True)
+    last_finished_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"detection of {self.cluster_id}"

@@ -1,0 +1,147 @@
+"""Detection runs as the scheduler and the command line start them.
+
+``run_window`` runs ``detection.detect`` over a given window, recorded as a ``TaskRun``
+(kind ``security.detect``). ``run_scheduled`` is the Celery beat path: it claims the
+cluster (one run at a time, a conditional UPDATE), picks a sliding window that starts at
+the telemetry watermark when an outage left a gap (at most ``SECURITY_MAX_CATCHUP_HOURS``
+back), runs it, and advances the watermark only when telemetry was read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.clusters.models import Cluster
+from apps.core.runs import tracked_run
+from apps.security import ingest
+from apps.security.adapters import telemetry
+from apps.security.detection import RunReport, Sources, detect, read_ahead
+from apps.security.models import AllowListEntry, DetectionState
+
+
+def run_window(cluster: Cluster, since: datetime, until: datetime,
+               sources: Sources | None = None, slice_hours: int = 0,
+               notes: list[str] | None = None) -> RunReport:
+    """One detection run over ``(since, until]``, recorded as a TaskRun.
+
+    With ``slice_hours`` a long window (a month's backfill) is detected a slice at a time,
+    so memory stays that of one slice; findings that cross a slice boundary merge, as
+    they do across scheduled runs (each slice reads a look-back before it). ``notes`` (what
+    an ingest before the run skipped) are recorded with the run.
+    """
+    if until <= since:
+        raise ValueError(f"the window must end after it starts ({since} .. {until})")
+    with tracked_run("security.detect", cluster=cluster,
+                     target=f"{since:%Y-%m-%d %H:%M} .. {until:%Y-%m-%d %H:%M}") as run:
+        report: RunReport | None = None
+        slices = _slices(since, until, slice_hours)
+        sources = sources or Sources()
+        for (start, end), raw in zip(slices, read_ahead(cluster, slices, sources), strict=True):
+            part = detect(cluster, start, end, replace(sources, raw=raw))
+            report = part if report is None else report
+            if part is not report:
+                report.absorb(part)
+        assert report is not None
+        for note in notes or []:
+            report.skip(note)
+        run.stats = report.stats()
+    return report
+
+
+def _slices(since: datetime, until: datetime, hours: int) -> list[tuple[datetime, datetime]]:
+    if hours <= 0:
+        return [(since, until)]
+    step = timedelta(hours=hours)
+    edges = [since]
+    while edges[-1] + step < until:
+        edges.append(edges[-1] + step)
+    return list(zip(edges, [*edges[1:], until], strict=True))
+
+
+def claim(cluster: Cluster, now: datetime) -> DetectionState | None:
+    """Take the cluster's detection claim, or None when a live run holds it."""
+    state, _ = DetectionState.objects.get_or_create(cluster=cluster)
+    stale = now - timedelta(seconds=settings.SECURITY_CLAIM_EXPIRY)
+    taken = DetectionState.objects.filter(
+        Q(running_since__isnull=True) | Q(running_since__lt=stale), pk=state.pk,
+    ).update(running_since=now)
+    if not taken:
+        return None
+    state.refresh_from_db()
+    return state
+
+
+def scheduled_window(state: DetectionState, now: datetime) -> tuple[datetime, datetime]:
+    """The sliding window, reaching back to the watermark after an outage."""
+    since = now - timedelta(minutes=settings.SECURITY_DETECT_WINDOW_MINUTES)
+    floor = now - timedelta(hours=settings.SECURITY_MAX_CATCHUP_HOURS)
+    if state.telemetry_until is not None and state.telemetry_until < since:
+        since = max(state.telemetry_until, floor)
+    return since, now
+
+
+def run_scheduled(cluster: Cluster, now: datetime | None = None) -> RunReport | None:
+    """Claim, run the sliding window, advance the watermark, release (None: claimed
+    elsewhere)."""
+    now = now or timezone.now()
+    state = claim(cluster, now)
+    if state is None:
+        return None
+    try:
+        since, until = scheduled_window(state, now)
+        report = run_window(cluster, since, until)
+        if report.telemetry_ok:
+            state.telemetry_until = until
+        state.last_finished_at = timezone.now()
+        return report
+    finally:
+        state.running_since = None
+        state.save(update_fields=["running_since", "telemetry_until", "last_finished_at"])
+
+
+# --- The demo -----------------------------------------------------------------------------
+
+# The simulated site's Slurm administrator logs in to every node (apps/simulator): as a
+# site's admin would, the demo allow-lists that account.
+SIMULATED_ADMINS = ("slurmadm",)
+
+
+def detect_simulated(cluster: Cluster, folder: Path, now: datetime) -> dict[str, Any]:
+    """The demo's security step, through the paths a site uses: ingest the simulator's
+    sshd logs, inventories and probe results, then detect over its whole period from its
+    telemetry files (job scripts come from the cluster's files backend). Idempotent."""
+    for name in SIMULATED_ADMINS:
+        AllowListEntry.objects.get_or_create(
+            kind=AllowListEntry.Kind.ADMIN_USER, value=name, cluster=cluster,
+            defaults={"reason": "the simulated site's Slurm administrator"})
+    notes = []
+    for label, result in _demo_inputs(cluster, folder, now):
+        if result.skipped:
+            notes.append(f"{label}: {result.skipped} skipped")
+    files = telemetry.telemetry_files(folder / "telemetry", 0, now.timestamp()) \
+        if (folder / "telemetry").is_dir() else []
+    first = telemetry.file_start(files[0]) if files else None
+    since = datetime.fromtimestamp(first, UTC) if first else now - timedelta(days=30)
+    report = run_window(cluster, since, now, Sources(openmetrics=folder / "telemetry",
+                                                      script_limit=None), 24, notes)
+    r = report.recorded
+    return {"findings": len(set(r.ids)), "created": r.created, "skipped": len(report.skipped)}
+
+
+def _demo_inputs(cluster: Cluster, folder: Path,
+                 now: datetime) -> list[tuple[str, ingest.IngestResult]]:
+    out = [("sshd logs", ingest.ingest_sshd_files(
+               cluster, ingest.expand([str(folder / "logs")], ".log"), now)),
+           ("inventories", ingest.ingest_inventory_files(
+               cluster, ingest.expand([str(folder / "inventory")], ".json")))]
+    probes = folder / "collector" / "services.json"
+    if probes.is_file():
+        out.append(("probes", ingest.ingest_probe_file(cluster, probes)))
+    return out

@@ -1,0 +1,43 @@
+"""Celery tasks for security: thin, ids in, one service call each.
+
+Twins: ``manage.py detect`` (``detect_cluster``), ``manage.py security_digest``
+(``send_digest``).
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from apps.clusters.models import Cluster
+from apps.core.retries import RETRY, RETRY_DB
+from apps.core.runs import tracked_run
+from apps.security import notify, services
+
+
+@shared_task(**RETRY)
+def detect_cluster(cluster_id: int) -> None:
+    """One sliding-window detection run of a cluster (the run records itself)."""
+    services.run_scheduled(Cluster.objects.get(pk=cluster_id))
+
+
+@shared_task(**RETRY_DB)
+def detect_all() -> int:
+    """Beat's entry point: one detection task per cluster."""
+    ids = list(Cluster.objects.values_list("pk", flat=True))
+    for cluster_id in ids:
+        detect_cluster.delay_on_commit(cluster_id)
+    return len(ids)
+
+
+@shared_task(**RETRY)
+def notify_findings(finding_ids: list[int]) -> None:
+    """Critical findings, at once (e-mail and webhook)."""
+    with tracked_run("security.notify", target=f"{len(finding_ids)} critical") as run:
+        run.stats = {"notified": notify.notify_now(finding_ids)}
+
+
+@shared_task(**RETRY)
+def send_digest() -> None:
+    """Every other new finding since the last digest, in one message."""
+    with tracked_run("security.digest") as run:
+        run.stats = {"notified": notify.send_digest()}

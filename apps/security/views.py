@@ -1,0 +1,130 @@
+"""Findings pages: the list with filters, one finding with its evidence and lifecycle.
+
+Every queryset starts from ``Finding.objects.visible_to(user)``: a finding outside it is a
+404. Lifecycle actions go through ``findings.transition``, which refuses (403) what the
+role may not do.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.views import View
+from django.views.generic import DetailView, ListView
+
+from apps.accounts.permissions import VIEW, ActionRequiredMixin
+from apps.security import findings
+from apps.security.filters import FindingFilterSet
+from apps.security.models import Finding
+
+
+class FindingListView(ActionRequiredMixin, ListView):
+    """Findings the user may see, newest first; active ones unless asked otherwise."""
+
+    template_name = "security/list.html"
+    context_object_name = "findings"
+    paginate_by = 50
+
+    def get_queryset(self) -> QuerySet[Finding]:
+        base = Finding.objects.visible_to(self.request.user) \
+            .select_related("cluster", "team", "assignee")
+        params = _without_blanks(self.request.GET)
+        if not self.request.GET:
+            params["active"] = "true"
+        self.filterset = FindingFilterSet(params, queryset=base)
+        return self.filterset.qs if self.filterset.is_valid() else base.none()
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        query = self.request.GET.copy()
+        query.pop("page", None)
+        ctx.update(filter=self.filterset, query=query.urlencode())
+        return ctx
+
+
+def _without_blanks(query: QueryDict) -> QueryDict:
+    """The filter form sends every field, "any" as an empty value; a multiple-choice filter
+    would refuse "" (so the whole list came back empty): drop blank values instead."""
+    params = QueryDict(mutable=True)
+    for key in query:
+        values = [v for v in query.getlist(key) if v.strip()]
+        if values:
+            params.setlist(key, values)
+    return params
+
+
+class FindingDetailView(ActionRequiredMixin, DetailView):
+    """One finding: what, where, evidence (redacted for non-admins), timeline, actions."""
+
+    template_name = "security/detail.html"
+    context_object_name = "finding"
+
+    def get_queryset(self) -> QuerySet[Finding]:
+        return Finding.objects.visible_to(self.request.user) \
+            .select_related("cluster", "team", "assignee", "job", "rule")
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        finding: Finding = self.object
+        user = self.request.user
+        ctx["evidence"] = finding.evidence_for(user)
+        ctx["events"] = finding.events.select_related("actor", "assignee")
+        ctx["actions"] = [a for a, (sources, _, admin) in findings.TRANSITIONS.items()
+                          if finding.status in sources and (user.is_staff or not admin)]
+        ctx["admins"] = findings.staff_users() if user.is_staff else []
+        ctx["job_visible"] = finding.job is not None and \
+            type(finding.job).objects.visible_to(user).filter(pk=finding.job_id).exists()
+        ctx["spec"] = finding.rule.spec if finding.rule else None
+        return ctx
+
+
+class FindingTransitionView(ActionRequiredMixin, View):
+    """POST a lifecycle action from the finding page; back to the page with a message."""
+
+    write_action = VIEW
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        finding = get_object_or_404(Finding.objects.visible_to(request.user), pk=pk)
+        data = request.POST
+        try:
+            findings.transition(finding, request.user, data.get("action", ""),
+                                reason=data.get("reason", ""), until=_when(data.get("until")),
+                                assignee=_admin(data.get("assignee")))
+        except findings.LifecycleError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Finding {finding.status}.")
+        return SeeOther(reverse("security-detail", args=[pk]))
+
+
+def _when(value: str | None) -> datetime | None:
+    """A date or a date and time from the form (dates end at midnight UTC)."""
+    if not value or len(value) > 40:
+        return None
+    try:
+        parsed = parse_datetime(value) or parse_datetime(f"{value}T00:00:00")
+    except ValueError:
+        return None
+    if parsed is not None and parsed.tzinfo is None:
+        parsed = timezone.make_aware(parsed, UTC)
+    return parsed
+
+
+def _admin(username: str | None) -> Any:
+    if not username:
+        return None
+    return get_user_model().objects.filter(username=username).first()
+
+
+class SeeOther(HttpResponseRedirect):
+    status_code = 303

@@ -1,0 +1,76 @@
+"""Template helpers for SLO pages: percentages, durations, statuses, and the two small
+blocks other pages include (a team's SLO status on its page; the worst budgets on Platform)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+
+from apps.slo.models import Scorecard
+
+register = template.Library()
+STATUS_WORDS = {"ok": "ok", "slow_burn": "burning slowly", "fast_burn": "burning fast",
+                "breached": "breached", "no_data": "no data"}
+
+
+@register.filter
+def pct(value: float | None, digits: int = 1) -> str:
+    """A share as a percentage (``97.3%``), ``—`` when there is none."""
+    if value is None:
+        return "—"
+    return f"{value * 100:.{int(digits)}f}%"
+
+
+@register.filter
+def seconds(value: float | None) -> str:
+    """``2d 3h``, ``3h 05m``, ``12m``: a wait or a span given in seconds."""
+    if value is None:
+        return "—"
+    total = round(value)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    if days:
+        return f"{days}d {hours}h"
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
+
+
+@register.filter
+def gpu_hours(value: float | None) -> str:
+    """GPU-seconds as GPU-hours."""
+    return "—" if value is None else f"{value / 3600:.1f}"
+
+
+@register.filter
+def status_words(status: str) -> str:
+    return STATUS_WORDS.get(status, status)
+
+
+@register.filter
+def rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2g}" if value < 10 else f"{value:.0f}"
+
+
+@register.filter
+def get_rate(rates: dict[str, float | None] | None, window: str) -> str:
+    """The burn rate of one window from a scorecard's ``burn_rates``."""
+    return rate((rates or {}).get(window))
+
+
+@register.inclusion_tag("slo/partials/team_summary.html", takes_context=True)
+def team_slo_summary(context: dict[str, Any], team: Any) -> dict[str, Any]:
+    """The team's scorecards in one line each, for the team page (visible ones only)."""
+    user = context["request"].user
+    cards = (Scorecard.objects.visible_to(user).filter(team=team)
+             .select_related("objective").order_by("objective__order"))
+    return {"team": team, "slo_cards": list(cards)}
+
+
+@register.inclusion_tag("slo/partials/platform_summary.html", takes_context=True)
+def slo_summary(context: dict[str, Any], limit: int = 8) -> dict[str, Any]:
+    """The scorecards with the least budget left (the Platform page, which is the admins')."""
+    visible = Scorecard.objects.visible_to(context["request"].user)
+    cards = (visible.select_related("objective", "team").exclude(status="no_data")
+             .order_by("budget_remaining")[:limit])
+    return {"slo_cards": list(cards), "slo_total": visible.count()}

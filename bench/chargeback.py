@@ -1,0 +1,264 @@
+"""Chargeback: a month's statements for 50 teams over 1,000,000 jobs (PostgreSQL), against a
+hand-written SQL GROUP BY over the same rows in the same run.
+
+1. Fill its own PostgreSQL database (``<BENCH_DB_PREFIX>_chargeback`` on
+   ``BENCH_POSTGRES_URL``: bench/common.py ``database_url``) with N jobs of 500 users in 50
+   teams around November 2026 (some spanning the month's edges, some running, two GPU
+   models, a few sharded jobs) and an archived split for 70 % of them, through COPY (kept
+   between runs when the count matches; made anew when another checkout's migrations left
+   another schema). PostgreSQL down: a ``BenchError`` saying so, no traceback.
+2. Floor: one hand-written ``GROUP BY`` computing the same sums (allocated GPU-hours inside the
+   month and the four split parts) per team, user, partition and GPU types, all rows fetched.
+3. Beacon: ``services.refresh_statements`` for the month: the ORM aggregate, the pure pricing
+   (Decimal), and every team's draft statement and lines written in one transaction.
+4. Target (issue 8): Beacon <= 1.5 x the floor, medians of interleaved runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+import time
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from bench.common import Check, Result, cli, database_url, ensure_database, setup_django, stats
+
+DB_URL = database_url("chargeback")
+TEAMS, USERS_PER_TEAM = 50, 10
+MONTH = date(2026, 11, 1)
+LO, HI = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC)
+NOW = datetime(2026, 11, 30, 23, tzinfo=UTC)  # jobs still running end "now"
+
+FLOOR_SQL = """
+SELECT j.team_id, j.user_name, j.partition, j.gpu_types,
+       SUM(j.gpu_equivalent * s.sec) AS allocated,
+       SUM(j.gpu_equivalent * s.sec * CASE WHEN m.ok THEN m.useful_hours / m.allocated_gpu_hours
+                                           ELSE 0 END) AS useful,
+       SUM(j.gpu_equivalent * s.sec * CASE WHEN m.ok THEN m.waiting_hours / m.allocated_gpu_hours
+                                           ELSE 0 END) AS waiting,
+       SUM(j.gpu_equivalent * s.sec * CASE WHEN m.ok THEN m.held_idle_hours / m.allocated_gpu_hours
+                                           ELSE 0 END) AS held_idle,
+       SUM(j.gpu_equivalent * s.sec * CASE WHEN m.ok THEN m.no_process_hours / m.allocated_gpu_hours
+                                           ELSE 0 END) AS no_process
+FROM jobs_job j
+LEFT JOIN (SELECT job_id, useful_hours, waiting_hours, held_idle_hours, no_process_hours,
+                  allocated_gpu_hours,
+                  status IN ('complete', 'live') AND allocated_gpu_hours > 0 AND measure <> ''
+                  AS ok
+           FROM jobs_jobmetrics) m ON m.job_id = j.id
+CROSS JOIN LATERAL (SELECT GREATEST(EXTRACT(EPOCH FROM LEAST(COALESCE(j.end_time, %(now)s),
+                                                             %(hi)s)
+                                                    - GREATEST(j.start_time, %(lo)s)), 0)
+                           ::double precision AS sec) s
+WHERE j.start_time < %(hi)s AND (j.end_time IS NULL OR j.end_time > %(lo)s)
+  AND j.gpu_equivalent > 0
+GROUP BY j.team_id, j.user_name, j.partition, j.gpu_types
+"""
+
+
+def _migrate() -> None:
+    """Migrate; a database left by another checkout's migrations is made anew."""
+    from django.core.management import call_command
+    from django.db import DatabaseError, connection
+
+    try:
+        call_command("migrate", verbosity=0)
+    except DatabaseError:
+        connection.close()
+        ensure_database(DB_URL, fresh=True)
+        call_command("migrate", verbosity=0)
+
+
+def _fill(n_jobs: int) -> dict[str, Any]:
+    """Teams, users, jobs and archived splits; reused when the job count already matches."""
+    from django.contrib.auth.models import User
+    from django.db import connection
+
+    from apps.accounts.models import Membership, Team
+    from apps.chargeback.models import Rate
+    from apps.clusters.models import Cluster
+    from apps.jobs.models import Job
+
+    _migrate()
+    cluster, _ = Cluster.objects.get_or_create(name="bench")
+    if Job.objects.count() == n_jobs:
+        return {"reused": True, "fill_s": 0.0}
+    started = time.perf_counter()
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE chargeback_statementline, chargeback_statement, "
+                    "chargeback_billingperiod, chargeback_rate, jobs_jobmetrics, jobs_job, "
+                    "accounts_membership, accounts_team, auth_user CASCADE")
+    users = []
+    for t in range(TEAMS):
+        team = Team.objects.create(slug=f"team{t:02d}", name=f"Team {t:02d}")
+        for u in range(USERS_PER_TEAM):
+            user = User.objects.create(username=f"u{t:02d}{u}")
+            users.append((user, team))
+            Membership.objects.create(user=user, team=team, role="lead" if u == 0 else "member")
+    Rate.objects.create(price=Decimal("2.0000"), valid_from=date(2026, 1, 1))
+    Rate.objects.create(price=Decimal("3.5000"), gpu_model="h100", valid_from=date(2026, 1, 1))
+    _copy_jobs(cluster.pk, users, n_jobs)
+    _copy_metrics()
+    with connection.cursor() as cur:
+        cur.execute("ANALYZE")
+    return {"reused": False, "fill_s": round(time.perf_counter() - started, 1)}
+
+
+def _copy_jobs(cluster_id: int, users: list[tuple[Any, Any]], n_jobs: int) -> None:
+    from django.db import connection
+
+    rng = random.Random(8)
+    t0 = LO - timedelta(days=5)
+    span = (HI - t0).total_seconds()
+    cols = ("cluster_id, job_id, display_id, array_tasks_pending, name, user_name, user_id, "
+            "account, team_id, partition, qos, work_dir, comment, state, reason, exit_code, "
+            "submit_time, start_time, end_time, time_limit_min, nodes, node_count, cpus, "
+            "memory_mb, gpus, gpu_shards, gpu_equivalent, gpu_types, tres_alloc, labels, "
+            "sync_hash, created_at, updated_at")
+    now = datetime.now(UTC)
+    connection.ensure_connection()
+    raw = connection.connection  # psycopg's own connection: COPY is not in Django's API
+    with raw.cursor() as cur, cur.copy(f"COPY jobs_job ({cols}) FROM STDIN") as copy:
+        for i in range(n_jobs):
+            user, team = users[rng.randrange(len(users))]
+            start = t0 + timedelta(seconds=rng.random() * span)
+            hours = min(72.0, rng.lognormvariate(0.5, 1.2))
+            end = start + timedelta(hours=hours)
+            running = end > NOW
+            partition, model = rng.choice((("gpu", "h100"), ("gpu", "h100"), ("a100", "a100")))
+            gpus = rng.choice((1, 1, 2, 4, 8, 8, 16))
+            shards = rng.random() < 0.02
+            types = "{}" if shards else json.dumps({model: gpus})
+            copy.write_row((
+                cluster_id, 2_000_000 + i, str(2_000_000 + i), "", "job", user.username,
+                user.pk, team.slug, team.pk, partition, "normal", "", "",
+                "RUNNING" if running else "COMPLETED", "", 0, start - timedelta(minutes=5),
+                start, None if running else end, 4320, "gpu01", max(1, gpus // 8), gpus * 8,
+                gpus * 64000, 0 if shards else gpus, 2 if shards else 0,
+                0.25 if shards else float(gpus), types, "", "{}", "", now, now))
+
+
+def _copy_metrics() -> None:
+    """An archived split for 70 % of the jobs: fractions drawn per job, like the archive's."""
+    from django.db import connection
+
+    from apps.jobs.models import JobMetrics
+
+    rng = random.Random(9)
+    fields = [f for f in JobMetrics._meta.concrete_fields if f.attname != "id"]
+    with connection.cursor() as cur:
+        cur.execute("SELECT id, gpu_equivalent, EXTRACT(EPOCH FROM COALESCE(end_time, %s) "
+                    "- start_time) FROM jobs_job", [NOW])
+        jobs = cur.fetchall()
+    raw = connection.connection
+    cols = ", ".join(f.column for f in fields)
+    with raw.cursor() as cur, cur.copy(f"COPY jobs_jobmetrics ({cols}) FROM STDIN") as copy:
+        for pk, gpus, seconds in jobs:
+            if rng.random() >= 0.7:
+                continue
+            copy.write_row([_metric_value(f, pk, gpus * float(seconds) / 3600, rng)
+                            for f in fields])
+
+
+def _metric_value(field: Any, pk: int, hours: float, rng: random.Random) -> Any:
+    useful = rng.random()
+    rest = 1 - useful
+    values = {"job_id": pk, "status": "complete", "measure": "sm_active",
+              "allocated_gpu_hours": hours, "useful_hours": hours * useful,
+              "waiting_hours": hours * rest * 0.4, "held_idle_hours": hours * rest * 0.4,
+              "no_process_hours": hours * rest * 0.2, "coverage": 1.0}
+    if field.attname in values:
+        return values[field.attname]
+    value = field.get_default()
+    return json.dumps(value) if isinstance(value, dict | list) else value
+
+
+def _floor() -> list[tuple[Any, ...]]:
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute(FLOOR_SQL, {"lo": LO, "hi": HI, "now": NOW})
+        return list(cur.fetchall())
+
+
+def _beacon() -> int:
+    from apps.chargeback import services
+
+    return services.refresh_statements(MONTH, now=NOW).lines
+
+
+def _check_agreement(floor_rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """The statements' allocated hours equal the floor's (so both measure the same work)."""
+    from django.db.models import Sum
+
+    from apps.chargeback.models import Statement
+
+    floor_hours = sum(row[4] for row in floor_rows) / 3600
+    ours = float(Statement.objects.filter(period__month=MONTH)
+                 .aggregate(s=Sum("allocated_hours"))["s"])
+    return {"floor_gpu_hours": round(floor_hours, 1), "statement_gpu_hours": round(ours, 1),
+            # lines are rounded to 0.0001 GPU-hour each: a few thousand lines, well under 1
+            "agree": abs(floor_hours - ours) <= 1.0}
+
+
+def main(quick: bool) -> Result:
+    n_jobs = 100_000 if quick else 1_000_000
+    repeats = 3 if quick else 5
+    ensure_database(DB_URL)
+    os.environ["TIME_ZONE"] = "UTC"  # the month's edges are UTC midnights
+    with tempfile.TemporaryDirectory(prefix="beacon-bench-") as data_dir:
+        setup_django(data_dir, DB_URL)
+        fill = _fill(n_jobs)
+        _beacon()  # warm: first drafts and caches; later runs rewrite them, as the hourly task does
+        floor_times, beacon_times, lines, groups = _measure(repeats)
+        agreement = _check_agreement(groups)
+    floor, ours = stats(floor_times), stats(beacon_times)
+    ratio = stats([b / f for b, f in zip(beacon_times, floor_times, strict=True)])
+    return _result(quick, n_jobs, fill, floor, ours, ratio, lines, groups, agreement)
+
+
+def _measure(repeats: int) -> tuple[list[float], list[float], int, list[tuple[Any, ...]]]:
+    """Floor and Beacon in turn, so load on this shared machine hits both alike."""
+    floor_times, beacon_times, lines, groups = [], [], 0, []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        groups = _floor()
+        floor_times.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        lines = _beacon()
+        beacon_times.append(time.perf_counter() - started)
+    return floor_times, beacon_times, lines, groups
+
+
+def _result(quick: bool, n_jobs: int, fill: dict[str, Any], floor: Any, ours: Any, ratio: Any,
+            lines: int, groups: list[tuple[Any, ...]], agreement: dict[str, Any]) -> Result:
+    return Result(
+        name="chargeback", title="Chargeback: a month's statements for 50 teams",
+        command="python -m bench chargeback" + (" --quick" if quick else ""),
+        inputs={"jobs": f"{n_jobs:,}", "teams": TEAMS, "users": TEAMS * USERS_PER_TEAM,
+                "archived splits": "70 %", "database": "PostgreSQL (COPY-filled)",
+                "fill": f"{fill['fill_s']} s" + (" (reused)" if fill["reused"] else "")},
+        columns=["step", "seconds", "rows"],
+        rows=[["hand-written SQL GROUP BY (floor)", floor.text(" s", 2),
+               f"{len(groups)} groups"],
+              ["refresh_statements (aggregate, price, write drafts)", ours.text(" s", 2),
+               f"{lines} lines"],
+              ["ratio Beacon / floor", ratio.text("", 2), ""]],
+        checks=[Check("statements <= 1.5 x the SQL GROUP BY floor", f"{ratio.median:.2f} x",
+                      ratio.median <= 1.5),
+                Check("statements' allocated GPU-hours = the floor's",
+                      f"{agreement['statement_gpu_hours']} vs {agreement['floor_gpu_hours']}",
+                      bool(agreement["agree"]))],
+        notes=["Both sides compute the same sums (overlap with the month x GPUs, and the four "
+               "split parts weighted by the archive), group by team, user, partition and GPU "
+               "types, and fetch every group. Beacon also prices every line in Decimal and "
+               "rewrites 50 draft statements with their lines in one transaction."],
+    )
+
+
+if __name__ == "__main__":
+    cli("chargeback", main)

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# A private Prometheus 2.42 on loopback for tests, CI and the demo (docs: shared prometheus notes §1-2).
+#
+#   deploy/dev/prometheus.sh up                 install if missing, start, wait until ready
+#   deploy/dev/prometheus.sh down               stop it (only the process in our pid file)
+#   deploy/dev/prometheus.sh status             running or not, and where
+#   deploy/dev/prometheus.sh backfill FILE...   OpenMetrics files -> TSDB blocks -> queryable
+#
+# Never touches the Debian prometheus.service (port 9090) and never kills by process name:
+# the pid file is trusted only while /proc/<pid>/cmdline still holds our listen address.
+# Environment: PROM_PORT (9091), PROM_DIR (<repo>/var/prometheus).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+PORT=${PROM_PORT:-9091}
+BASE=${PROM_DIR:-$ROOT/var/prometheus}
+DATA=$BASE/data
+RUN=$BASE/run
+PIDFILE=$RUN/prometheus-$PORT.pid
+LOG=$RUN/prometheus-$PORT.log
+LISTEN=127.0.0.1:$PORT
+URL=http://$LISTEN
+
+install_if_missing() {
+  command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" != 0 ]; then
+    echo "prometheus.sh: prometheus/promtool missing; as root: apt-get install prometheus" >&2
+    return 1
+  fi
+  echo "prometheus.sh: installing Debian's prometheus (with promtool)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=900 update -q
+  apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends prometheus
+  # The package starts its own unit on :9090; we never use it, and leave it as the system has it.
+}
+
+our_pid() {
+  # Prints the pid only if it is alive and still is our Prometheus (pid reuse guard).
+  [ -f "$PIDFILE" ] || return 1
+  local pid
+  pid=$(cat "$PIDFILE")
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "--web.listen-address=$LISTEN" || return 1
+  echo "$pid"
+}
+
+# alive PID: the process exists and is not a zombie (PID 1 may reap slowly)
+alive() { [ -d "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+
+ready() { curl -fsS -m 2 "$URL/-/ready" >/dev/null 2>&1; }
+
+wait_ready() {
+  # Watch the pid we started, not its cmdline: between fork and exec the child still shows
+  # this script's cmdline, and reading it then made a healthy start look like an exit (a CI
+  # flake under load). The cmdline guard is for pid files read later (our_pid).
+  local pid
+  pid=$(cat "$PIDFILE" 2>/dev/null || true)
+  for _ in $(seq 1 240); do
+    ready && return 0
+    if [ -z "$pid" ] || ! alive "$pid"; then
+      echo "prometheus.sh: Prometheus exited; see $LOG" >&2; tail -5 "$LOG" >&2; return 1
+    fi
+    sleep 0.5
+  done
+  echo "prometheus.sh: not ready after 120 s; see $LOG" >&2
+  return 1
+}
+
+start() {
+  if our_pid >/dev/null; then wait_ready; return 0; fi
+  if curl -fsS -m 2 "$URL/-/ready" >/dev/null 2>&1; then
+    echo "prometheus.sh: $LISTEN is answering but is not ours (no valid $PIDFILE)" >&2
+    return 1
+  fi
+  mkdir -p "$DATA" "$RUN"
+  # setsid: the server outlives this shell and its job control.
+  setsid prometheus --config.file="$ROOT/deploy/dev/prometheus.yml" \
+    --web.listen-address="$LISTEN" \
+    --storage.tsdb.path="$DATA" --storage.tsdb.retention.time=400d \
+    --web.enable-remote-write-receiver --web.enable-lifecycle --web.enable-admin-api \
+    --query.max-samples=5000000 --query.timeout=30s \
+    </dev/null >"$LOG" 2>&1 &
+  echo $! >"$PIDFILE"
+  wait_ready
+}
+
+stop() {
+  local pid
+  if ! pid=$(our_pid); then rm -f "$PIDFILE"; return 0; fi
+  kill -TERM "$pid"
+  for _ in $(seq 1 120); do
+    alive "$pid" || { rm -f "$PIDFILE"; return 0; }
+    sleep 0.25
+  done
+  echo "prometheus.sh: pid $pid did not stop within 30 s" >&2
+  return 1
+}
+
+backfill() {
+  [ $# -gt 0 ] || { echo "usage: $0 backfill FILE..." >&2; return 2; }
+  install_if_missing
+  local out
+  out=$(mktemp -d "$BASE/blocks.XXXXXX" 2>/dev/null || { mkdir -p "$BASE"; mktemp -d "$BASE/blocks.XXXXXX"; })
+  trap 'rm -rf "$out"' RETURN
+  for file in "$@"; do
+    # 6 h blocks: promtool re-reads the input once per block window (doc §2).
+    promtool tsdb create-blocks-from openmetrics -q --max-block-duration=6h "$file" "$out" >/dev/null
+  done
+  # A running server only picks up new blocks at its next reload (up to a minute) and only
+  # then compacts them; a restart loads them at once and /-/ready means they are queryable.
+  local was_running=0
+  our_pid >/dev/null && was_running=1
+  if [ $was_running = 0 ] && curl -fsS "$URL/-/ready" >/dev/null 2>&1; then
+    # Something else serves this port (a Prometheus started from another checkout): the
+    # blocks would land in a data dir nobody reads. Say so instead of passing silently.
+    echo "prometheus.sh: $LISTEN is served by a Prometheus this checkout did not start" \
+         "(its data dir is not $DATA); stop it or set PROM_PORT" >&2
+    return 1
+  fi
+  [ $was_running = 1 ] && stop
+  mkdir -p "$DATA"
+  local n=0
+  for block in "$out"/*/; do
+    [ -f "$block/meta.json" ] || continue
+    mv "$block" "$DATA/"
+    n=$((n + 1))
+  done
+  echo "prometheus.sh: moved $n block(s) into $DATA"
+  [ $was_running = 1 ] && start
+  return 0
+}
+
+case "${1:-status}" in
+  up) install_if_missing; start; echo "prometheus: up on $URL (data $DATA)" ;;
+  down) stop; echo "prometheus: down" ;;
+  status)
+    if pid=$(our_pid) && ready; then echo "prometheus: up on $URL (pid $pid)"; else echo "prometheus: down ($URL)"; exit 3; fi ;;
+  backfill) shift; backfill "$@" ;;
+  *) echo "usage: $0 up|down|status|backfill FILE..." >&2; exit 2 ;;
+esac

@@ -1,0 +1,27 @@
+#!/usr/bin/env python
+"""Django's command-line utility, with one-line errors for configuration and database faults."""
+
+import os
+import sys
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        from django.core.management import execute_from_command_line
+        from django.db.utils import OperationalError
+
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as exc:
+        # A bad environment value: name it, no traceback.
+        sys.exit(f"beacon: configuration error: {exc}")
+    except OperationalError as exc:
+        # A missing or unreachable database: one clear line instead of a traceback.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        sys.exit(f"beacon: database unavailable: {first}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""Beacon's Django project. Importing it loads the Celery app so that @shared_task binds to it."""
+
+from portal.celery import app as celery_app
+
+__all__ = ["celery_app"]

@@ -1,0 +1,702 @@
+"""Beacon's one settings file, read from the environment.
+
+With nothing set, Beacon runs the *embedded default*: SQLite in ``data/`` and Celery
+tasks executed in-process (eager). Each variable below switches one part to a real
+service. Bad values fail at start-up with an error that names the variable; problems
+that are not fatal surface as system checks (``apps/core/checks.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# --- Environment helpers -------------------------------------------------------------
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "") -> str:
+    """Return ``$name``, or the contents of the file named by ``$name_FILE`` (secrets)."""
+    file_name = os.environ.get(f"{name}_FILE")
+    if file_name:
+        try:
+            return Path(file_name).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={file_name}: cannot read it ({exc})") from exc
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """Read a boolean; anything but 1/0/true/false/yes/no/on/off is an error."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r}: expected a boolean (1/0, true/false, yes/no)")
+
+
+def env_int(name: str, default: int, minimum: int | None = None) -> int:
+    """Read an integer, optionally with a lower bound."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected an integer") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name}={raw!r}: must be at least {minimum}")
+    return value
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    """Read a comma-separated list; blanks are dropped."""
+    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """Read one value out of a fixed set."""
+    value = env_str(name, default).strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    return value
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    """Turn ``postgres://user:pass@host:port/db?opt=v`` or ``sqlite:///path`` into DATABASES."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("postgres", "postgresql", "pgsql"):
+        if not parts.path.strip("/"):
+            raise ImproperlyConfigured(f"DATABASE_URL={url!r}: no database name in the path")
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parts.path.lstrip("/")),
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+            "OPTIONS": dict(parse_qsl(parts.query)),
+            "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
+            "CONN_HEALTH_CHECKS": True,
+        }
+    if scheme == "sqlite":
+        # SQLAlchemy's convention: sqlite:///relative.db, sqlite:////absolute/path.db
+        path = unquote(parts.path)[1:]
+        if not path:
+            raise ImproperlyConfigured(f"DATABASE_URL={url!r}: no file path (sqlite:////abs/path)")
+        return _sqlite(Path(path))
+    raise ImproperlyConfigured(
+        f"DATABASE_URL={url!r}: unsupported scheme {scheme!r} (use postgres:// or sqlite:///)"
+    )
+
+
+def _sqlite(path: Path) -> dict[str, object]:
+    # WAL lets the eager in-process tasks write while pages read. With WAL, synchronous=NORMAL
+    # keeps the database consistent on a crash (it may lose the last commits on power loss)
+    # and saves an fsync per commit: imports commit per job, and each fsync cost milliseconds.
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(path),
+        "OPTIONS": {"timeout": 20,
+                    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
+    }
+
+
+def _secret_key(data_dir: Path) -> str:
+    """SECRET_KEY from the environment, else one generated once and kept in the data folder."""
+    key = env_str("SECRET_KEY")
+    if key:
+        if len(key) < 32:
+            raise ImproperlyConfigured("SECRET_KEY: must be at least 32 characters long")
+        return key
+    key_file = data_dir / "secret_key"
+    if key_file.exists():
+        return key_file.read_text().strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    key_file.touch(mode=0o600)
+    key_file.write_text(key)
+    return key
+
+
+# --- SSO configuration helpers (the SSO sections below call them) ---------------------
+
+
+def sso_team_groups(raw: str) -> dict[str, list[tuple[str, str]]]:
+    """Parse ``group:team[:role],...`` (role member or lead) into group -> [(team, role)]."""
+    mapping: dict[str, list[tuple[str, str]]] = {}
+    for entry in (e.strip() for e in raw.split(",") if e.strip()):
+        parts = entry.split(":")
+        role = parts[2] if len(parts) == 3 else "member"
+        if len(parts) not in (2, 3) or not parts[0] or not parts[1] or role not in (
+                "member", "lead"):
+            raise ImproperlyConfigured(
+                f"SSO_TEAM_GROUPS: {entry!r} is not group:team or group:team:member|lead")
+        mapping.setdefault(parts[0], []).append((parts[1], role))
+    return mapping
+
+
+def ldap_settings() -> dict[str, object]:
+    """django-auth-ldap's AUTH_LDAP_* settings from LDAP_* variables (empty: LDAP is off)."""
+    uri = env_str("LDAP_SERVER_URI")
+    if not uri:
+        return {}
+    import ldap
+    from django_auth_ldap.config import (
+        GroupOfNamesType,
+        GroupOfUniqueNamesType,
+        LDAPSearch,
+        PosixGroupType,
+    )
+
+    group_types = {"groupofnames": GroupOfNamesType, "posixgroup": PosixGroupType,
+                   "groupofuniquenames": GroupOfUniqueNamesType}
+    group_type = env_choice("LDAP_GROUP_TYPE", "groupofnames", tuple(group_types))
+    timeout = env_int("LDAP_TIMEOUT", 5, minimum=1)
+    values: dict[str, object] = {
+        "AUTH_LDAP_SERVER_URI": uri,
+        "AUTH_LDAP_START_TLS": env_bool("LDAP_START_TLS", False),
+        "AUTH_LDAP_USER_ATTR_MAP": {"first_name": "givenName", "last_name": "sn",
+                                    "email": "mail"},
+        "AUTH_LDAP_GROUP_TYPE": group_types[group_type](name_attr="cn"),
+        "AUTH_LDAP_REQUIRE_GROUP": env_str("LDAP_REQUIRE_GROUP") or None,
+        "AUTH_LDAP_CONNECTION_OPTIONS": {ldap.OPT_NETWORK_TIMEOUT: timeout,
+                                         ldap.OPT_TIMEOUT: timeout},
+        "AUTH_LDAP_CACHE_TIMEOUT": 0,  # group changes apply at the next sign-in
+    }
+    template = env_str("LDAP_USER_DN_TEMPLATE")
+    if template:  # direct bind as the user, who then reads their own groups
+        values["AUTH_LDAP_USER_DN_TEMPLATE"] = template
+        values["AUTH_LDAP_BIND_AS_AUTHENTICATING_USER"] = True
+    else:  # search with a read-only service account; the library escapes %(user)s
+        values["AUTH_LDAP_BIND_DN"] = env_str("LDAP_BIND_DN")
+        values["AUTH_LDAP_BIND_PASSWORD"] = env_str("LDAP_BIND_PASSWORD")
+        values["AUTH_LDAP_USER_SEARCH"] = LDAPSearch(
+            _required("LDAP_USER_SEARCH_BASE", "or set LDAP_USER_DN_TEMPLATE"),
+            ldap.SCOPE_SUBTREE, env_str("LDAP_USER_FILTER", "(uid=%(user)s)"))
+    group_base = env_str("LDAP_GROUP_SEARCH_BASE")
+    if group_base:
+        values["AUTH_LDAP_GROUP_SEARCH"] = LDAPSearch(
+            group_base, ldap.SCOPE_SUBTREE, env_str("LDAP_GROUP_FILTER", "(objectClass=*)"))
+    return values
+
+
+def oidc_settings() -> dict[str, object]:
+    """mozilla-django-oidc's settings from OIDC_* variables (empty: OIDC is off)."""
+    client_id = env_str("OIDC_RP_CLIENT_ID")
+    if not client_id:
+        return {}
+    hint = "OIDC is on because OIDC_RP_CLIENT_ID is set"
+    return {
+        "OIDC_RP_CLIENT_ID": client_id,
+        "OIDC_RP_CLIENT_SECRET": env_str("OIDC_RP_CLIENT_SECRET"),
+        "OIDC_OP_AUTHORIZATION_ENDPOINT": _required("OIDC_OP_AUTHORIZATION_ENDPOINT", hint),
+        "OIDC_OP_TOKEN_ENDPOINT": _required("OIDC_OP_TOKEN_ENDPOINT", hint),
+        "OIDC_OP_USER_ENDPOINT": _required("OIDC_OP_USER_ENDPOINT", hint),
+        # Asymmetric signatures checked with the provider's published keys; the library's
+        # default (HS256) would accept anything signed with the client secret.
+        "OIDC_RP_SIGN_ALGO": env_choice("OIDC_RP_SIGN_ALGO", "rs256", ("rs256", "es256")).upper(),
+        "OIDC_OP_JWKS_ENDPOINT": _required("OIDC_OP_JWKS_ENDPOINT", hint),
+        "OIDC_RP_SCOPES": env_str("OIDC_RP_SCOPES", "openid email profile"),
+        "OIDC_TIMEOUT": env_int("OIDC_TIMEOUT", 10, minimum=1),  # the default waits forever
+        "OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS": env_int("OIDC_RENEW_SECONDS", 900, minimum=60),
+        "OIDC_STORE_ID_TOKEN": True,
+        "LOGIN_REDIRECT_URL_FAILURE": "/accounts/login/?sso=failed",
+    }
+
+
+def _required(name: str, hint: str) -> str:
+    value = env_str(name)
+    if not value:
+        raise ImproperlyConfigured(f"{name} is required ({hint})")
+    return value
+
+
+# --- Core ----------------------------------------------------------------------------
+
+DATA_DIR = Path(env_str("BEACON_DATA_DIR", str(BASE_DIR / "data"))).resolve()
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = _secret_key(DATA_DIR)
+SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+# Names the portal also answers to inside its deployment's network, e.g. the compose
+# service name Prometheus scrapes (web:8000/metrics): docker-compose.yml sets "web".
+ALLOWED_HOSTS += env_list("INTERNAL_HOSTS")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", SITE_URL)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "axes",
+    "csp",
+    "apps.core",
+    "apps.accounts",
+    "apps.clusters",
+    "apps.jobs",
+    "apps.audit",
+    "apps.chargeback",
+    "apps.quotas",
+    "apps.security",
+    "apps.slo",
+]
+
+MIDDLEWARE = [
+    "apps.core.middleware.ServerTimingMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    # before CSRF, which parses the body to find its token: oversize trace uploads are
+    # refused by Content-Length before anything is spooled (apps/jobs/middleware.py)
+    "apps.jobs.middleware.TraceUploadLimitMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # --- hardening (docs/SECURITY.md): keep these together and in this order
+    "csp.middleware.CSPMiddleware",
+    "apps.core.sessions.SessionTimeoutMiddleware",
+    "apps.audit.middleware.AuditMiddleware",
+    "apps.core.metrics.RequestMetricsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "apps.core.context_processors.navigation",
+            ]
+        },
+    }
+]
+
+# --- Database ------------------------------------------------------------------------
+
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    DATABASES = {"default": database_from_url(DATABASE_URL)}
+else:
+    DATABASES = {"default": _sqlite(DATA_DIR / "beacon.sqlite3")}
+
+# --- Auth and sessions ---------------------------------------------------------------
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "core-home"
+LOGOUT_REDIRECT_URL = "login"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+# Axes first: it refuses a locked-out login before any backend checks a password.
+# The SSO sections below insert their backends before ModelBackend.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+
+# --- Hardening: cookies, headers, sessions (docs/SECURITY.md) -------------------------
+
+# Cookies are Secure whenever the site is served over HTTPS (the usual production rule),
+# and then carry the __Host- prefix: the browser refuses them from a subdomain or over http.
+SECURE_COOKIES = env_bool("SECURE_COOKIES", SITE_URL.startswith("https://"))
+SESSION_COOKIE_SECURE = SECURE_COOKIES
+CSRF_COOKIE_SECURE = SECURE_COOKIES
+if SECURE_COOKIES:
+    SESSION_COOKIE_NAME = "__Host-sessionid"
+    CSRF_COOKIE_NAME = "__Host-csrftoken"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+# Two clocks (apps/core/sessions.py): idle time since the last request, and the absolute
+# lifetime since sign-in. The cookie itself dies with the absolute lifetime.
+SESSION_IDLE_TIMEOUT = env_int("SESSION_IDLE_TIMEOUT", 2 * 3600, minimum=60)
+SESSION_ABSOLUTE_TIMEOUT = env_int("SESSION_ABSOLUTE_TIMEOUT", 12 * 3600, minimum=60)
+SESSION_COOKIE_AGE = SESSION_ABSOLUTE_TIMEOUT
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+if SECURE_COOKIES:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 365 * 24 * 3600, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    # Health checks and Prometheus talk plain HTTP to the container, not through the proxy.
+    SECURE_REDIRECT_EXEMPT = [r"^health/$", r"^metrics$"]
+# Client address for rate limiting, audit and /metrics: REMOTE_ADDR, or the entry this
+# many hops from the right of X-Forwarded-For when Beacon runs behind trusted proxies.
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0)
+
+# Content security policy (django-csp 4). No inline script anywhere: pages load
+# vendored files and charts read their figures from json_script blocks. Plotly draws with
+# inline style attributes and adds two <style> elements whose contents are fixed per
+# Plotly version: an empty one it fills through CSSOM, and its notifier rules. Their
+# hashes are allowed, not 'unsafe-inline'; tests/e2e/test_csp.py fails if Plotly changes
+# them. No 'unsafe-eval': the SVG traces need none (WebGL traces would).
+_PLOTLY_STYLE_HASHES = [
+    "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",  # the empty <style>
+    "'sha256-ji27qzEtxXZW+7dun6UwjHXJ18e6WAin1VvNtkzIE/o='",  # plotly notifier rules
+]
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "style-src-elem": ["'self'", *_PLOTLY_STYLE_HASHES],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
+# --- Login rate limiting (django-axes) ------------------------------------------------
+
+# N failures for one (user name, address) pair lock that pair out for a while. Locking
+# on the user name alone would let anyone lock a colleague out.
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "apps.core.net.client_ip"
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins are in the audit log already
+AXES_VERBOSE = False
+
+# --- SSO: groups to teams (LDAP and OIDC alike; apps/accounts/services.py) --------------
+
+# SSO_TEAM_GROUPS="nlp-users:nlp,nlp-leads:nlp:lead,cv-users:vision": directory groups give
+# team memberships and roles; teams named here are managed by sign-in, others by hand.
+# SSO_ADMIN_GROUPS="portal-admins": members are platform admins (is_staff), others are not.
+SSO_TEAM_GROUPS = sso_team_groups(env_str("SSO_TEAM_GROUPS"))
+SSO_ADMIN_GROUPS = env_list("SSO_ADMIN_GROUPS")
+
+# --- SSO: LDAP (django-auth-ldap; off unless LDAP_SERVER_URI is set) -------------------
+
+globals().update(ldap_settings())
+LDAP_ENABLED = bool(env_str("LDAP_SERVER_URI"))
+LDAP_SLURM_USERNAME_ATTR = env_str("LDAP_SLURM_USERNAME_ATTR", "uid")
+if LDAP_ENABLED:
+    AUTHENTICATION_BACKENDS.insert(1, "apps.accounts.auth.BeaconLDAPBackend")
+
+# --- SSO: OIDC (mozilla-django-oidc; off unless OIDC_RP_CLIENT_ID is set) --------------
+
+OIDC_ENABLED = bool(env_str("OIDC_RP_CLIENT_ID"))
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "single sign-on")
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+OIDC_SLURM_USERNAME_CLAIM = env_str("OIDC_SLURM_USERNAME_CLAIM", "")
+OIDC_OP_ISSUER = env_str("OIDC_OP_ISSUER")  # checked against the ID token's iss when set
+globals().update(oidc_settings())
+if OIDC_ENABLED:
+    AUTHENTICATION_BACKENDS.insert(1, "apps.accounts.auth.BeaconOIDCBackend")
+    # Re-checks the provider in the background, so a disabled account stops working
+    # within OIDC_RENEW_SECONDS instead of at the session's end.
+    MIDDLEWARE.insert(MIDDLEWARE.index("apps.core.sessions.SessionTimeoutMiddleware"),
+                      "mozilla_django_oidc.middleware.SessionRefresh")
+
+# --- Internationalisation ------------------------------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+# --- Static files --------------------------------------------------------------------
+
+STATIC_URL = "/static/"
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # plotly.min.js straight from the plotly wheel: no CDN, no copy in git
+    "apps.core.staticfinders.PlotlyFinder",
+]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+# --- Cache and Celery ----------------------------------------------------------------
+
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+CELERY_BROKER_URL = REDIS_URL  # empty: the embedded default, tasks run in-process
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_IGNORE_RESULT = True  # run status lives in TaskRun, not a result backend
+CELERY_TASK_ACKS_LATE = True  # safe only because every task is idempotent
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_SOFT_TIME_LIMIT = 300
+CELERY_TASK_TIME_LIMIT = 360
+CELERY_TASK_ROUTES = {
+    "apps.clusters.tasks.*": {"queue": "sync"},
+    "apps.*.tasks.*": {"queue": "analysis"},
+}
+CELERY_TASK_DEFAULT_QUEUE = "analysis"
+TASK_RUN_KEEP_DAYS = env_int("TASK_RUN_KEEP_DAYS", 90, minimum=1)
+# A run still "running" after this long lost its process (database or worker killed
+# mid-run): the sweep marks it failed. Keep it above the longest import or backfill.
+TASK_RUN_STALE_MINUTES = env_int("TASK_RUN_STALE_MINUTES", 120, minimum=10)
+# The whole timetable in one place (STYLE.md §4).
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "prune-task-runs": {"task": "apps.core.tasks.prune_task_runs", "schedule": 24 * 3600,
+                        "kwargs": {"keep_days": TASK_RUN_KEEP_DAYS}},
+    "sweep-stale-runs": {"task": "apps.core.tasks.sweep_stale_runs", "schedule": 900.0,
+                         "kwargs": {"older_than_minutes": TASK_RUN_STALE_MINUTES}},
+    # Safety net behind the end-of-job hook: archive finished jobs nobody archived yet.
+    "archive-pending-jobs": {"task": "apps.jobs.tasks.archive_pending", "schedule": 300.0},
+    # Traces from TRACE_ROOT (apps/jobs/tasks.py), per cluster; nothing to do while unset.
+    "traces-collect": {"task": "apps.jobs.tasks.collect_all_traces",
+                       "schedule": float(env_int("TRACE_COLLECT_EVERY", 600, minimum=60))},
+    # Slurm (apps/clusters/tasks.py): each part at its own cadence, fanned out per cluster.
+    # "jobs" costs one sdiag call when nothing changed; "queue" must run well within
+    # slurmctld's MinJobAge (300 s) for the rest backend's exit codes.
+    "slurm-jobs": {"task": "apps.clusters.tasks.sync_all_clusters", "args": ("jobs",),
+                   "schedule": float(env_int("SLURM_SYNC_JOBS_EVERY", 60, minimum=5))},
+    "slurm-queue": {"task": "apps.clusters.tasks.sync_all_clusters", "args": ("queue",),
+                    "schedule": float(env_int("SLURM_SYNC_QUEUE_EVERY", 30, minimum=5))},
+    "slurm-nodes": {"task": "apps.clusters.tasks.sync_all_clusters", "args": ("nodes",),
+                    "schedule": float(env_int("SLURM_SYNC_NODES_EVERY", 60, minimum=5))},
+    "slurm-shares": {"task": "apps.clusters.tasks.sync_all_clusters", "args": ("shares",),
+                     "schedule": float(env_int("SLURM_SYNC_SHARES_EVERY", 300, minimum=30))},
+    "slurm-labels": {"task": "apps.clusters.tasks.sync_all_clusters", "args": ("labels",),
+                     "schedule": float(env_int("SLURM_LABEL_EVERY", 120, minimum=30))},
+    # Chargeback (apps/chargeback): the open months' draft statements, rewritten in place.
+    "chargeback-drafts": {"task": "apps.chargeback.tasks.refresh_drafts",
+                          "schedule": float(env_int("CHARGEBACK_REFRESH_EVERY", 3600,
+                                                    minimum=300))},
+    # Quotas (apps/quotas): due scheduled quotas, drift, 80 %/100 % warnings, per cluster.
+    "quotas-check": {"task": "apps.quotas.tasks.check_all_clusters",
+                     "schedule": float(env_int("QUOTA_CHECK_EVERY", 600, minimum=60))},
+    # Security (apps/security/tasks.py): detection per cluster, the non-critical digest.
+    "security-detect": {"task": "apps.security.tasks.detect_all",
+                        "schedule": float(env_int("SECURITY_DETECT_EVERY", 600, minimum=60))},
+    "security-digest": {"task": "apps.security.tasks.send_digest",
+                        "schedule": float(env_int("SECURITY_DIGEST_EVERY", 3600, minimum=300))},
+    # SLOs (apps/slo): scorecards, monthly snapshots, breach and fast-burn notifications.
+    "slo-evaluate": {"task": "apps.slo.tasks.evaluate_slos",
+                     "schedule": float(env_int("SLO_EVALUATE_EVERY", 900, minimum=60))},
+}
+
+# --- External services ---------------------------------------------------------------
+
+# Defaults for clusters created from the environment (``manage.py setup_cluster``);
+# each Cluster row carries its own copy, editable in the admin.
+PROMETHEUS_URL = env_str("PROMETHEUS_URL")
+PROMETHEUS_TIMEOUT = env_int("PROMETHEUS_TIMEOUT", 10, minimum=1)
+SLURM_BACKEND = env_choice("SLURM_BACKEND", "none", ("none", "cli", "rest", "pyslurm", "files"))
+SLURM_FILES_DIR = env_str("SLURM_FILES_DIR")  # the files backend: saved command output
+SLURM_CLUSTER = env_str("SLURM_CLUSTER")
+SLURM_REST_URL = env_str("SLURM_REST_URL")
+SLURM_TIMEOUT = env_int("SLURM_TIMEOUT", 30, minimum=1)
+SLURM_REST_USER = env_str("SLURM_REST_USER")
+SLURM_REST_TOKEN_FILE = env_str("SLURM_REST_TOKEN_FILE")  # a JWT from `scontrol token`
+SLURM_REST_VERSION = env_choice("SLURM_REST_VERSION", "v0.0.38", ("v0.0.38", "v0.0.37"))
+# Job sync (apps/clusters/sync.py): seconds unless named otherwise
+SLURM_SYNC_OVERLAP = env_int("SLURM_SYNC_OVERLAP", 600, minimum=0)  # re-read behind watermark
+SLURM_SYNC_INITIAL_DAYS = env_int("SLURM_SYNC_INITIAL_DAYS", 30, minimum=1)  # first sync
+SLURM_SYNC_SETTLE = env_int("SLURM_SYNC_SETTLE", 60, minimum=0)  # slurmdbd lags slurmctld
+SLURM_SYNC_FULL_EVERY = env_int("SLURM_SYNC_FULL_EVERY", 600, minimum=1)
+SLURM_SYNC_CLAIM_EXPIRY = env_int("SLURM_SYNC_CLAIM_EXPIRY", 900, minimum=60)
+SLURM_SYNC_BATCH = env_int("SLURM_SYNC_BATCH", 1000, minimum=1)  # records per transaction
+SLURM_IMPORT_BATCH = env_int("SLURM_IMPORT_BATCH", 5000, minimum=1)  # the same, for import_sacct
+JOB_LABEL_RULES = Path(env_str("JOB_LABEL_RULES", str(BASE_DIR / "apps/jobs/label_rules.json")))
+
+# --- Chargeback (apps/chargeback, docs/chargeback.md) ----------------------------------
+
+# Every price on the rate card and every statement is in this one currency.
+CHARGEBACK_CURRENCY = env_str("CHARGEBACK_CURRENCY", "EUR").strip().upper()[:8] or "EUR"
+
+# --- Quotas (apps/quotas, docs/chargeback.md) ------------------------------------------
+
+# Warnings at 80 % and 100 % of a team's quota go to its leads by e-mail and/or to a webhook
+# (Slack/Mattermost-style JSON with a "text" field). Each crossing is sent once.
+QUOTA_ALERT_EMAIL = env_bool("QUOTA_ALERT_EMAIL", True)
+QUOTA_WEBHOOK_URL = env_str("QUOTA_WEBHOOK_URL")
+QUOTA_WEBHOOK_TIMEOUT = env_int("QUOTA_WEBHOOK_TIMEOUT", 10, minimum=1)
+
+# --- E-mail (quota warnings, security notifications) ------------------------------------
+
+# The one mail configuration. No EMAIL_HOST: messages are written to the console log (the
+# embedded default). Otherwise SMTP submission: port 587 with STARTTLS unless set.
+EMAIL_HOST = env_str("EMAIL_HOST")
+EMAIL_BACKEND = ("django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST
+                 else "django.core.mail.backends.console.EmailBackend")
+EMAIL_PORT = env_int("EMAIL_PORT", 587, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "beacon@localhost")
+
+# --- Profiler traces (apps/jobs/traces.py, docs/traces.md) ---------------------------
+
+TRACE_MAX_FILE_MB = env_int("TRACE_MAX_FILE_MB", 1024, minimum=1)
+TRACE_MAX_DECOMPRESSED_MB = env_int("TRACE_MAX_DECOMPRESSED_MB", 8192, minimum=1)
+# A straggler must do this much more own work per step than the other ranks' median:
+# both the absolute floor and the share of the median step (calibrated on balanced runs).
+TRACE_STRAGGLER_MIN_EXCESS_MS = env_int("TRACE_STRAGGLER_MIN_EXCESS_MS", 5, minimum=0)
+TRACE_STRAGGLER_MIN_EXCESS_PCT = env_int("TRACE_STRAGGLER_MIN_EXCESS_PCT", 15, minimum=0)
+# Uploads through the job page and the API: one request's body, and files per request (one
+# per rank). Larger traces go through `manage.py import_trace` on the server.
+TRACE_UPLOAD_MAX_MB = env_int("TRACE_UPLOAD_MAX_MB", 512, minimum=1)
+# Traces collected from a folder (docs/traces.md): TRACE_ROOT/<cluster>/<job id>/<files>,
+# every TRACE_COLLECT_EVERY seconds (the beat entry); files changed in the last
+# TRACE_COLLECT_SETTLE_S seconds wait for the next collection (the profiler may still be
+# writing them). Unset: off.
+TRACE_ROOT = env_str("TRACE_ROOT")
+TRACE_COLLECT_SETTLE_S = env_int("TRACE_COLLECT_SETTLE_S", 120, minimum=0)
+TRACE_UPLOAD_MAX_FILES = env_int("TRACE_UPLOAD_MAX_FILES", 256, minimum=1)
+DATA_UPLOAD_MAX_NUMBER_FILES = TRACE_UPLOAD_MAX_FILES
+
+# --- Security findings (apps/security, docs/security-rules.md) --------------------------
+
+# Each scheduled run covers the last SECURITY_DETECT_WINDOW_MINUTES (it overlaps the
+# previous one; findings are deduplicated) plus a look-back for what preceded a run.
+SECURITY_DETECT_WINDOW_MINUTES = env_int("SECURITY_DETECT_WINDOW_MINUTES", 60, minimum=5)
+SECURITY_LOOKBACK_MINUTES = env_int("SECURITY_LOOKBACK_MINUTES", 30, minimum=0)
+SECURITY_MAX_CATCHUP_HOURS = env_int("SECURITY_MAX_CATCHUP_HOURS", 24, minimum=1)
+SECURITY_CLAIM_EXPIRY = env_int("SECURITY_CLAIM_EXPIRY", 1800, minimum=60)
+SECURITY_SCRIPT_BATCH = env_int("SECURITY_SCRIPT_BATCH", 500, minimum=1)
+SECURITY_SCRIPT_LOOKBACK_DAYS = env_int("SECURITY_SCRIPT_LOOKBACK_DAYS", 7, minimum=1)
+# Critical findings at once, the rest in the digest: e-mail and/or a JSON webhook.
+SECURITY_NOTIFY_EMAILS = env_list("SECURITY_NOTIFY_EMAILS")
+SECURITY_WEBHOOK_URL = env_str("SECURITY_WEBHOOK_URL")
+SECURITY_WEBHOOK_TIMEOUT = env_int("SECURITY_WEBHOOK_TIMEOUT", 10, minimum=1)
+# Security notifications go out only to SECURITY_NOTIFY_EMAILS, through the one e-mail
+# configuration above (EMAIL_*).
+# Ingest API: lines (sshd) or documents (inventory, probes) per request.
+SECURITY_INGEST_MAX_ITEMS = env_int("SECURITY_INGEST_MAX_ITEMS", 10000, minimum=1)
+# The active probe of exposed services is off unless a site opts in (docs/security-rules.md).
+SECURITY_PROBE_ENABLED = env_bool("SECURITY_PROBE_ENABLED", False)
+SECURITY_PROBE_TIMEOUT = env_int("SECURITY_PROBE_TIMEOUT", 3, minimum=1)
+SECURITY_PROBE_PER_SECOND = env_int("SECURITY_PROBE_PER_SECOND", 5, minimum=1)
+
+# --- SLOs (apps/slo, docs/slo.md) ----------------------------------------------------
+
+# The open month's history snapshot is recomputed at most this often (the scorecards at
+# every evaluation, SLO_EVALUATE_EVERY seconds).
+SLO_SNAPSHOT_MINUTES = env_int("SLO_SNAPSHOT_MINUTES", 360, minimum=0)
+# A breach resolves once this share of the error budget is back (no re-alerting while an
+# SLI hovers at its target).
+SLO_RESOLVE_MARGIN = env_int("SLO_RESOLVE_MARGIN_PERCENT", 5, minimum=0) / 100
+# Breaches and fast burns go to the team's leads and the platform admins by e-mail, plus
+# these addresses, and to a Slack or Mattermost incoming webhook.
+SLO_NOTIFY_EMAILS = env_list("SLO_NOTIFY_EMAILS")
+SLO_WEBHOOK_URL = env_str("SLO_WEBHOOK_URL")
+SLO_WEBHOOK_FORMAT = env_choice("SLO_WEBHOOK_FORMAT", "slack", ("slack", "mattermost"))
+SLO_WEBHOOK_TIMEOUT = env_int("SLO_WEBHOOK_TIMEOUT", 10, minimum=1)
+
+# --- API -----------------------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Token first: its WWW-Authenticate header turns "not signed in" into a 401
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["apps.accounts.permissions.RolePermission"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "apps.core.api.strict.StrictQueryParams",  # 400 for unknown or malformed parameters
+        "django_filters.rest_framework.DjangoFilterBackend",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "apps.core.api.strict.StrictCursorPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "apps.core.api.schema.BeaconAutoSchema",
+    # The browsable API runs inline scripts, which the CSP forbids: JSON only unless DEBUG.
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        *(["rest_framework.renderers.BrowsableAPIRenderer"] if DEBUG else []),
+    ],
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Beacon API",
+    "DESCRIPTION": "GPU-cluster developer portal: jobs, teams, clusters, background runs and "
+                   "security findings.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    # Several models have a "status" or "state": name each enum so the schema stays stable.
+    "ENUM_NAME_OVERRIDES": {"StatementStatusEnum": "apps.chargeback.models.Statement.Status",
+                            "QuotaStateEnum": "apps.quotas.models.Quota.State",
+                            "StateEnum": "apps.jobs.models.Job.State",
+                            "FindingStatusEnum": "apps.security.models.Finding.Status",
+                            "SloStatusEnum": "apps.slo.models.STATUS_CHOICES"},
+}
+
+# --- Portal metrics (/metrics, apps/core/metrics.py) -----------------------------------
+
+# Closed unless one is set: a bearer token for Prometheus' ``authorization`` block, or
+# addresses/CIDRs allowed without one. Behind a proxy on the same host every client looks
+# like 127.0.0.1, so loopback is not allowed by default.
+METRICS_TOKEN = env_str("METRICS_TOKEN")
+METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS")
+# The Celery worker's task outcomes (0: not served). Same token and allow-list as /metrics.
+WORKER_METRICS_PORT = env_int("WORKER_METRICS_PORT", 0, minimum=0)
+WORKER_METRICS_ADDRESS = env_str("WORKER_METRICS_ADDRESS", "0.0.0.0")  # noqa: S104
+
+# --- Logging -------------------------------------------------------------------------
+
+LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {
+        "beacon": {"level": LOG_LEVEL, "propagate": True},
+        "apps": {"level": LOG_LEVEL, "propagate": True},
+        "celery": {"level": "WARNING", "propagate": True},
+    },
+}

@@ -1,0 +1,92 @@
+"""The metric catalogue: per-cluster names, both host label spellings, grouping per GPU."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from apps.analysis.timeseries import GpuKey, Series
+from apps.clusters.adapters.catalogue import (
+    ACTIVITY_FALLBACK,
+    GPU_METRICS,
+    Catalogue,
+    CatalogueError,
+    group_by_gpu,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_defaults_are_dcgm_exporter_names():
+    cat = Catalogue.from_config({})
+    assert cat.job_label == "hpc_job"
+    assert cat.host_labels == ("Hostname", "hostname")
+    assert cat.metric("sm_active").name == "DCGM_FI_PROF_SM_ACTIVE"
+    assert ACTIVITY_FALLBACK == ("sm_active", "gr_engine_active", "gpu_util")
+
+
+@pytest.mark.parametrize(("config", "attr", "expected"), [
+    ({"job": "jobid"}, "job_label", "jobid"),
+    ({"hostname": "hostname"}, "host_labels", ("hostname",)),
+    ({"uuid": "uuid"}, "uuid_labels", ("uuid",)),
+    ({"cluster": "cluster", "cluster_value": "alpha"}, "cluster_value", "alpha"),
+    ({"scrape_interval": 15}, "scrape_interval", 15.0),
+])
+def test_a_cluster_overrides_label_names(config, attr, expected):
+    assert getattr(Catalogue.from_config(config), attr) == expected
+
+
+def test_a_cluster_overrides_a_metric_name_and_keeps_its_unit():
+    cat = Catalogue.from_config({"metrics": {"gpu_util": "nvidia_gpu_duty_cycle"}})
+    assert cat.metric("gpu_util").name == "nvidia_gpu_duty_cycle"
+    assert cat.metric("gpu_util").scale == 0.01
+    assert cat.measure_of("nvidia_gpu_duty_cycle") == "gpu_util"
+
+
+@pytest.mark.parametrize(("config", "words"), [
+    ({"jobb": "x"}, "unknown key"),
+    ({"job": "bad label"}, "not a valid label"),
+    ({"hostname": []}, "at least one"),
+    ({"metrics": {"nope": "x"}}, "unknown measure"),
+    ({"metrics": {"sm_active": "bad name"}}, "not a valid metric"),
+    ({"scrape_interval": 0}, "positive"),
+    ({"scrape_interval": "fast"}, "expected seconds"),
+])
+def test_bad_config_names_the_key(config, words):
+    with pytest.raises(CatalogueError, match=words):
+        Catalogue.from_config(config)
+
+
+def test_it_reads_the_host_from_either_spelling_or_the_scrape_target():
+    cat = Catalogue()
+    upper = Series("m", {"Hostname": "gpu01", "gpu": "3"})
+    lower = Series("m", {"hostname": "gpu02", "gpu": "0"})
+    target = Series("m", {"instance": "gpu03:9400", "gpu": "1"})
+    nogpu = Series("m", {"Hostname": "gpu01"})
+    assert [cat.gpu_key(s) for s in (upper, lower, target, nogpu)] == [
+        GpuKey("gpu01", 3), GpuKey("gpu02", 0), GpuKey("gpu03", 1), None]
+
+
+def test_grouping_merges_label_changes_and_shared_copies_and_scales_util():
+    cat = Catalogue()
+    base = {"Hostname": "gpu01", "gpu": "0"}
+    before = Series("DCGM_FI_DEV_GPU_UTIL", base, ((30.0, 10.0), (60.0, 20.0)))
+    job_a = Series("DCGM_FI_DEV_GPU_UTIL", {**base, "hpc_job": "7"}, ((90.0, 50.0),))
+    job_b = Series("DCGM_FI_DEV_GPU_UTIL", {**base, "hpc_job": "8"}, ((90.0, 50.0),))
+    grouped = group_by_gpu([("gpu_util", s) for s in (job_b, before, job_a)], cat)
+    assert list(grouped) == [GpuKey("gpu01", 0)]
+    assert grouped[GpuKey("gpu01", 0)]["gpu_util"].points == ((30.0, 0.1), (60.0, 0.2),
+                                                               (90.0, 0.5))
+
+
+def test_the_collectors_file_turns_on_every_profiling_field_beacon_reads():
+    path = ROOT / "deploy" / "prometheus" / "dcgm-collectors.csv"
+    rows = [r for r in csv.reader(path.read_text().splitlines())
+            if r and not r[0].startswith("#")]
+    fields = {r[0].strip() for r in rows}
+    assert all(len(r) == 3 for r in rows), "FIELD, type, help on every line"
+    wanted = {spec.name for spec in GPU_METRICS.values()}
+    assert wanted <= fields, sorted(wanted - fields)
+    assert {"DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_NVLINK_RX_BYTES"} <= fields

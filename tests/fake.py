@@ -1,0 +1,246 @@
+"""In-memory adapters for unit tests only (STYLE §5): the SlurmClient protocol over lists.
+
+Loaded from the recorded fixtures, so the records are real Slurm output; tests edit them to
+stage a situation. Every call is logged in ``calls`` so tests can count scheduler calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from apps.clusters.adapters import slurm_parse, slurm_parse_cluster
+from apps.clusters.adapters.base import AdapterError
+from apps.clusters.adapters.slurm import (
+    Association,
+    ExitStatus,
+    GpuBinding,
+    JobAllocation,
+    LimitChange,
+    QueueEntry,
+    RecordError,
+    ShareRow,
+    SlurmJob,
+    SlurmNode,
+    SlurmPartition,
+    UsageRow,
+)
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
+
+
+def fixture_jobs(name: str = "sacct_window.json") -> list[SlurmJob]:
+    with open(FIXTURES / name, "rb") as f:
+        return [j for j in slurm_parse.iter_sacct_json(f) if isinstance(j, SlurmJob)]
+
+
+@dataclass
+class FakeSlurm:
+    """A Slurm cluster in memory. ``jobs`` is accounting; ``window`` (default: all of
+    ``jobs``) is what a window query returns, to mimic sacct dropping held jobs."""
+
+    jobs: list[SlurmJob] = field(default_factory=list)
+    window: list[SlurmJob | RecordError] | None = None
+    exits: dict[int, ExitStatus] = field(default_factory=dict)
+    live: list[QueueEntry] = field(default_factory=list)
+    bindings: list[GpuBinding] | AdapterError = field(default_factory=list)
+    node_list: list[SlurmNode] = field(default_factory=list)
+    partition_list: list[SlurmPartition] = field(default_factory=list)
+    assocs: list[Association] = field(default_factory=list)
+    share_rows: list[ShareRow] | AdapterError = field(default_factory=list)
+    scripts: dict[str, str] = field(default_factory=dict)
+    environments: dict[str, str] | AdapterError = field(default_factory=dict)
+    report: list[UsageRow] = field(default_factory=list)
+    allocations: list[JobAllocation] = field(default_factory=list)
+    limit_fail: Exception | None = None  # what the next limit write raises, if anything
+    # what the first read after a limit write raises (Slurm took the write, then went away)
+    read_fail_after_write: Exception | None = None
+    after_write: Callable[[FakeSlurm], None] | None = None  # e.g. another writer races
+    marker: str = "m1"
+    windowed: bool = False  # jobs_since returns only jobs active at or after since, as sacct
+    fail: Exception | None = None
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    _fail_next_read: Exception | None = None  # armed by a write (read_fail_after_write)
+
+    @classmethod
+    def recorded(cls) -> FakeSlurm:
+        """The recorded dev cluster: window, exit codes, queue, bindings, nodes, accounts."""
+        squeue = json.loads((FIXTURES / "squeue.json").read_text())
+        by_id = fixture_jobs("sacct_by_id.json")
+        window = fixture_jobs()
+        extra = [j for j in by_id if j.job_id not in {w.job_id for w in window}]
+        return cls(
+            jobs=window + extra, window=list(window),
+            exits=slurm_parse.parse_exit_codes((FIXTURES / "sacct_exitcodes.txt").read_text()),
+            live=[e for e in slurm_parse.parse_squeue_json(squeue)
+                  if e.state in ("PENDING", "RUNNING")],
+            bindings=slurm_parse.bindings_from_squeue(squeue),
+            node_list=slurm_parse_cluster.parse_sinfo_json(
+                json.loads((FIXTURES / "sinfo.json").read_text())),
+            partition_list=slurm_parse_cluster.parse_scontrol_partitions(
+                (FIXTURES / "scontrol_partitions.txt").read_text()),
+            assocs=slurm_parse_cluster.parse_sacctmgr_assoc(
+                (FIXTURES / "sacctmgr_assoc.txt").read_text()),
+            share_rows=slurm_parse_cluster.parse_sshare((FIXTURES / "sshare.txt").read_text()),
+            scripts=slurm_parse.parse_batch_scripts(
+                (FIXTURES / "sacct_batch_script.txt").read_text()),
+        )
+
+    def set_job(self, job_id: int, **changes: Any) -> SlurmJob:
+        """Change one job in accounting (and in the window, if it is there)."""
+        for source in (self.jobs, self.window or []):
+            for i, job in enumerate(source):
+                if isinstance(job, SlurmJob) and job.job_id == job_id:
+                    source[i] = replace(job, **changes)
+        return next(j for j in self.jobs if j.job_id == job_id)
+
+    def _call(self, name: str, arg: Any = None) -> None:
+        self.calls.append((name, arg))
+        if self.fail is not None:
+            raise self.fail
+
+    def call_names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+    # --- SlurmClient -------------------------------------------------------------------
+
+    def change_marker(self) -> str:
+        self._call("change_marker")
+        return self.marker
+
+    def jobs_since(self, since: datetime | None) -> Iterator[SlurmJob | RecordError]:
+        self._call("jobs_since", since)
+        jobs = list(self.jobs if self.window is None else self.window)
+        if self.windowed and since is not None:
+            # sacct -S since -E now: submitted by now, and not ended before since
+            now = datetime.now(tz=UTC)
+            jobs = [j for j in jobs if isinstance(j, RecordError) or (
+                j.submit_time <= now and (j.end_time is None or j.end_time >= since))]
+        return iter(jobs)
+
+    def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[SlurmJob | RecordError]:
+        wanted = set(job_ids)
+        self._call("jobs_by_id", sorted(wanted))
+        return iter([j for j in self.jobs if j.job_id in wanted or j.array_job_id in wanted])
+
+    def exit_codes(self, job_ids: Iterable[int]) -> dict[int, ExitStatus]:
+        ids = list(job_ids)
+        self._call("exit_codes", ids)
+        return {i: self.exits[i] for i in ids if i in self.exits}
+
+    def queue(self) -> list[QueueEntry]:
+        self._call("queue")
+        return list(self.live)
+
+    def gpu_bindings(self) -> list[GpuBinding]:
+        self._call("gpu_bindings")
+        if isinstance(self.bindings, AdapterError):
+            raise self.bindings
+        return list(self.bindings)
+
+    def nodes(self) -> list[SlurmNode]:
+        self._call("nodes")
+        return list(self.node_list)
+
+    def partitions(self) -> list[SlurmPartition]:
+        self._call("partitions")
+        return list(self.partition_list)
+
+    def associations(self) -> list[Association]:
+        self._call("associations")
+        return list(self.assocs)
+
+    def job_scripts(self, job_ids: Iterable[int]) -> dict[str, str]:
+        ids = list(job_ids)
+        self._call("job_scripts", ids)
+        shown = {j.job_id: j.display_id for j in self.jobs}
+        return {shown[i]: self.scripts[shown[i]] for i in ids
+                if i in shown and shown[i] in self.scripts}
+
+    def job_environments(self, job_ids: Iterable[int]) -> dict[str, str]:
+        ids = list(job_ids)
+        self._call("job_environments", ids)
+        if isinstance(self.environments, AdapterError):
+            raise self.environments
+        shown = {j.job_id: j.display_id for j in self.jobs}
+        return {shown[i]: self.environments[shown[i]] for i in ids
+                if i in shown and shown[i] in self.environments}
+
+    def shares(self) -> list[ShareRow]:
+        self._call("shares")
+        if isinstance(self.share_rows, AdapterError):
+            raise self.share_rows
+        return list(self.share_rows)
+
+
+    def usage_report(self, start: datetime, end: datetime, tres: str) -> list[UsageRow]:
+        self._call("usage_report", (start, end, tres))
+        return list(self.report)
+
+    def job_allocations(self, start: datetime, end: datetime) -> list[JobAllocation]:
+        self._call("job_allocations", (start, end))
+        return list(self.allocations)
+
+    def account_limits(self, account: str) -> Association | None:
+        self._call("account_limits", account)
+        if self._fail_next_read is not None:
+            failure, self._fail_next_read = self._fail_next_read, None
+            raise failure
+        return next((a for a in self.assocs if a.account == account and not a.user), None)
+
+    def set_account_limit(self, account: str, tres: str, minutes: int | None,
+                          dry_run: bool = False) -> LimitChange:
+        """Changes the account row in ``assocs`` like sacctmgr would (unless dry run)."""
+        self._call("set_account_limit", (account, tres, minutes, dry_run))
+        if self.limit_fail is not None:
+            raise self.limit_fail
+        row = self.account_limits(account)
+        if row is None:
+            raise AdapterError("Slurm changed nothing:  Nothing modified", service="slurm")
+        command = f"sacctmgr -i modify account where name={account} set " \
+                  f"GrpTRESMins={tres}={-1 if minutes is None else minutes}"
+        if not dry_run:
+            limits = {k: v for k, v in row.grp_tres_mins.items() if k != tres}
+            if minutes is not None:
+                limits[tres] = minutes
+            self.assocs[self.assocs.index(row)] = replace(row, grp_tres_mins=limits)
+            self._fail_next_read, self.read_fail_after_write = self.read_fail_after_write, None
+            if self.after_write is not None:
+                hook, self.after_write = self.after_write, None
+                hook(self)
+        return LimitChange(command, " Modified account associations...", not dry_run)
+
+
+# --- Stand-in Slurm commands for the CLI backend -------------------------------------------
+
+RECORDED_COMMANDS = {
+    "sacct": "sacct_window.json", "squeue": "squeue.json", "sinfo": "sinfo.json",
+    "sdiag": "sdiag.txt", "sshare": "sshare.txt", "sacctmgr": "sacctmgr_assoc.txt",
+}
+
+
+def write_command(bin_dir: Path, name: str, body: str) -> None:
+    script = bin_dir / name
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+
+
+def recorded_slurm_bin(bin_dir: Path) -> Path:
+    """Scripts named like the Slurm commands that print the recorded output and append
+    their arguments to ``argv.log``. ``sacct -o JobIDRaw,ExitCode`` prints the exit codes."""
+    log = bin_dir / "argv.log"
+    for name, fixture in RECORDED_COMMANDS.items():
+        write_command(bin_dir, name, f'echo "{name} $*" >> {log}\ncat {FIXTURES / fixture}')
+    write_command(bin_dir, "sacct", f'echo "sacct $*" >> {log}\ncase "$*" in '
+                  f'*ExitCode*) cat {FIXTURES / "sacct_exitcodes.txt"};; '
+                  f'*batch-script*) cat {FIXTURES / "sacct_batch_script.txt"};; '
+                  f'*env-vars*) cat {FIXTURES / "sacct_env_vars.txt"};; '
+                  f'*) cat {FIXTURES / "sacct_window.json"};; esac')
+    write_command(bin_dir, "scontrol", f'echo "scontrol $*" >> {log}\ncase "$*" in '
+                  f'*partition*) cat {FIXTURES / "scontrol_partitions.txt"};; '
+                  f'*) cat {FIXTURES / "scontrol_show_job.txt"};; esac')
+    return bin_dir

@@ -1,0 +1,170 @@
+"""Chargeback against the REAL Slurm 22.05 dev cluster: Beacon's allocated GPU-hours, synced
+from accounting, reconcile with Slurm's own report (sreport) per account and with sacct -T job
+by job; a job Beacon lacks is listed by id. Start the cluster with
+``sudo bash deploy/dev/slurm.sh up``.
+
+sreport reads slurmdbd's hourly rollups, which cover complete hours only, and ``sbatch`` cannot
+start a job in the past: on a fresh cluster nothing would be rolled up and the comparison
+would pass on an empty list. So the fixture runs two real GPU jobs, then moves their records
+back into the last complete hour in slurmdbd's own tables (job and step times, by whole
+seconds, durations kept), rewinds the rollup bookmark (``<cluster>_last_ran_table``) and
+restarts slurmdbd, which rolls those hours up again as it starts. sreport, sacct and Beacon's
+sync then all read the same moved records.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from apps.analysis import reconcile as rc
+from apps.chargeback import reconciliation, services
+from apps.chargeback.usage import gpu_seconds_by_job
+from apps.clusters import sync
+from apps.clusters.models import Cluster
+from apps.jobs.models import Job
+from tests.integration import slurm as real
+
+pytestmark = [pytest.mark.integration("slurm"), pytest.mark.slow]
+
+ACCOUNT, USER = "beacon-cb", "grace"  # the test's own account: no one else's usage changes
+GPUS, SECONDS = (2, 4), 30  # 1 + 2 GPU-minutes: sreport prints whole minutes
+
+
+@dataclass(frozen=True)
+class RolledUp:
+    """Our jobs, moved into the complete hour starting at ``hour``."""
+
+    ids: list[int]
+    hour: datetime
+
+    @property
+    def month(self) -> date:
+        return services.current_month(self.hour)
+
+
+def _sql(statement: str) -> str:
+    return real.run("mariadb", "-uroot", "-N", "-B", "slurm_acct_db", "-e", statement)
+
+
+def _move_into(ids: list[int], hour: datetime) -> None:
+    """Shift the jobs' (and their steps') times so the first starts 10 minutes into ``hour``,
+    and have slurmdbd roll up from ``hour`` again.
+
+    Every value in the statements is an integer of ours (job ids from sbatch, seconds).
+    """
+    job, step, event, last_ran = (f"{real.CLUSTER}_{t}_table"
+                                  for t in ("job", "step", "event", "last_ran"))
+    where = f"id_job IN ({','.join(str(int(i)) for i in ids)})"
+    first = int(_sql(f"SELECT MIN(time_start) FROM {job} WHERE {where}"))  # noqa: S608
+    shift = first - (int(hour.timestamp()) + 600)
+    start = int(hour.timestamp())
+    assert shift > 0, "the jobs ran before the hour they are moved into"
+    _sql(f"UPDATE {step} s JOIN {job} j ON s.job_db_inx = j.job_db_inx "  # noqa: S608
+         f"SET s.time_start = s.time_start - {shift}, s.time_end = s.time_end - {shift} "
+         f"WHERE j.{where} AND s.time_end > 0")
+    _sql(f"UPDATE {job} SET time_submit = time_submit - {shift}, "  # noqa: S608
+         f"time_eligible = time_eligible - {shift}, time_start = time_start - {shift}, "
+         f"time_end = time_end - {shift} WHERE {where}")
+    # slurmdbd rolls an hour up only for the cluster's registered life (its cluster-wide
+    # events); on a cluster set up minutes ago the hour is older than that, so the first
+    # registration moves back to the hour's start too
+    _sql(f"UPDATE {event} SET time_start = {start} WHERE node_name = '' "  # noqa: S608
+         f"AND time_start > {start} ORDER BY time_start LIMIT 1")
+    _sql(f"UPDATE {last_ran} SET hourly_rollup = LEAST(hourly_rollup, {start}), "  # noqa: S608
+         f"daily_rollup = LEAST(daily_rollup, {start}), "
+         f"monthly_rollup = LEAST(monthly_rollup, {start})")
+
+
+def _restart_slurmdbd() -> None:
+    """Stop slurmdbd by its pid file and start it again (it rolls up missed hours first)."""
+    pid = int(Path("/run/slurm-dev/slurmdbd.pid").read_text())
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "slurmdbd"
+    os.kill(pid, signal.SIGTERM)
+    real.wait_for(lambda: not Path(f"/proc/{pid}").exists()
+                  or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 30,
+                  "slurmdbd to stop", every=0.2)
+    subprocess.run(["bash", str(real.ROOT / "deploy/dev/slurm.sh"), "up"], check=True,
+                   env={**os.environ, "SAMPLE_JOBS": "no"}, stdout=subprocess.DEVNULL,
+                   timeout=300)
+
+
+def _reported_minutes(hour: datetime) -> float:
+    rows = sync.client_for(Cluster(name=real.CLUSTER, slurm_backend="cli")).usage_report(
+        hour, hour + timedelta(hours=1), "gres/gpu")
+    return sum(r.minutes for r in rows if r.account == ACCOUNT and not r.user)
+
+
+@pytest.fixture(scope="module")
+def jobs() -> RolledUp:
+    """Two GPU jobs of our own, ended in accounting and rolled up in a past hour."""
+    real.require_slurm()
+    real.ensure_account(ACCOUNT, USER)
+    ids = [real.sbatch(USER, f"--account={ACCOUNT}", "--qos=normal", "--time=2", f"--gres=gpu:{g}",
+                       "-J", "it-chargeback", "--wrap", f"sleep {SECONDS}")
+           for g in GPUS]
+    real.wait_for(lambda: real.finished_in_accounting(ids), 180, "the jobs to end", every=2)
+    hour = reconciliation.rolled_up_until(datetime.now(tz=UTC)) - timedelta(hours=1)
+    _move_into(ids, hour)
+    _restart_slurmdbd()
+    real.wait_for(lambda: _reported_minutes(hour) >= 2, 120, "slurmdbd to roll the hour up",
+                  every=3)
+    return RolledUp(ids, hour)
+
+
+@pytest.fixture
+def cluster(db, settings) -> Cluster:
+    settings.SLURM_SYNC_INITIAL_DAYS = 40  # a whole month, whatever the day
+    cluster = Cluster.objects.create(name=real.CLUSTER, slurm_backend="cli",
+                                     slurm_settings={"timeout": 120})
+    sync.sync_cluster(cluster)
+    return cluster
+
+
+def test_the_month_reconciles_with_sreport_and_no_job_differs(jobs, cluster):
+    row = reconciliation.reconcile_month(cluster, jobs.month)
+    assert row.window_start <= jobs.hour and row.window_end >= jobs.hour + timedelta(hours=1)
+    assert row.jobs == [], row.jobs[:10]
+    assert row.ok, [a for a in row.accounts if not a["ok"]]
+    report = {a["account"]: a for a in row.accounts}
+    assert all(a["report_minutes"] is not None for a in report.values())
+    # real minutes were compared: at least our two jobs', rolled up (the account keeps the
+    # jobs of earlier runs of this module in the same month)
+    ours = report[ACCOUNT]
+    least = sum(GPUS) * (SECONDS - 3) / 60
+    assert ours["report_minutes"] >= least - 1 and ours["beacon_minutes"] >= least
+    assert abs(ours["beacon_minutes"] - ours["report_minutes"]) <= 1
+
+
+def test_our_jobs_match_sacct_job_by_job_up_to_now(jobs, cluster):
+    """sacct -T is the check for jobs sreport cannot show yet (the current hour)."""
+    now = timezone.now()
+    lo = services.month_period(jobs.month).start
+    client = sync.client_for(cluster)
+    theirs = [rc.JobSeconds(a.job_id, a.account, a.user, float(a.gpus * a.elapsed_s))
+              for a in client.job_allocations(lo, now) if a.job_id in jobs.ids]
+    ours = [rc.JobSeconds(r["job_id"], r["account"], r["user_name"], r["seconds"])
+            for r in gpu_seconds_by_job(Job.objects.filter(job_id__in=jobs.ids), lo, now, now)]
+    assert sorted(j.job_id for j in theirs) == sorted(jobs.ids)
+    assert rc.job_differences(ours, theirs) == []
+    assert {j.account for j in ours} == {ACCOUNT}
+
+
+def test_a_job_beacon_lacks_is_listed_by_id(jobs, cluster):
+    victim = jobs.ids[1]
+    Job.objects.filter(cluster=cluster, job_id=victim).delete()
+    now = timezone.now()
+    lo = services.month_period(jobs.month).start
+    result = reconciliation.reconcile_window(cluster, lo, now, sync.client_for(cluster), now)
+    listed = {d.job_id: d for d in result.jobs}
+    assert listed[victim].kind == rc.Difference.MISSING_IN_BEACON
+    assert listed[victim].slurm_minutes == pytest.approx(GPUS[1] * SECONDS / 60,
+                                                         abs=GPUS[1] * 3 / 60)
+    assert jobs.ids[0] not in listed

@@ -1,0 +1,75 @@
+"""A lead sees in Beacon what a Slurm account coordinator sees under ``PrivateData=jobs``.
+
+The dev cluster (``deploy/dev/slurm.sh``) sets ``PrivateData=jobs`` in slurm.conf and
+slurmdbd.conf and makes alice the coordinator of account ``nlp``. Here Beacon's team for
+``nlp`` has alice as lead and bob as a member; ``sacct -a`` run as each of them (``runuser``)
+is compared with ``Job.objects.visible_to`` over the synced window. The portal's own reads
+run as root, which sees everything.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+
+from apps.accounts.models import Membership, Team
+from apps.clusters import sync
+from apps.clusters.adapters.slurmcli import WINDOW_STATES
+from apps.clusters.models import Cluster, SlurmAccount
+from apps.jobs.models import Job
+from tests.integration import slurm as real
+
+pytestmark = [pytest.mark.integration("slurm"), pytest.mark.slow]
+
+
+def _sacct_as(user: str) -> set[int]:
+    """The window's raw job ids as ``user`` may see them (``-a``: all the user is allowed)."""
+    days = settings.SLURM_SYNC_INITIAL_DAYS
+    out = real.run("runuser", "-u", user, "--", "sacct", "-a", "-X", "-n", "-P", "-o",
+                   "JobIDRaw", "-M", real.CLUSTER, "-S", f"now-{days}days", "-E", "now",
+                   "-s", WINDOW_STATES)
+    return {int(x) for x in out.split()}
+
+
+@pytest.fixture
+def synced(db) -> Cluster:
+    real.require_slurm()
+    coordinators = real.run("sacctmgr", "-n", "-P", "show", "account", "nlp", "withcoord",
+                            "format=account,coordinators")
+    assert "alice" in coordinators, "deploy/dev/slurm.sh up makes alice coordinator of nlp"
+    # a job of each kind the comparison must tell apart: the lead's, a teammate's, another
+    # team's (dave's, in vision), all finished in accounting before the sync
+    ids = [real.sbatch(user, "--time=1", "-J", "it-private", "--wrap", "true")
+           for user in ("alice", "bob", "dave")]
+    real.wait_for(lambda: real.finished_in_accounting(ids), 120, "the jobs to end", every=2)
+    cluster = Cluster.objects.create(name=real.CLUSTER, slurm_backend="cli",
+                                     slurm_settings={"timeout": 60})
+    team = Team.objects.create(slug="nlp", name="NLP")
+    SlurmAccount.objects.create(cluster=cluster, name="nlp", team=team)
+    for name, role in (("alice", "lead"), ("bob", "member")):
+        Membership.objects.create(user=User.objects.create_user(name), team=team, role=role)
+    User.objects.create_user("dave")
+    sync.sync_cluster(cluster)
+    return cluster
+
+
+def _visible(name: str, cluster: Cluster) -> set[int]:
+    user = User.objects.get(username=name)
+    return set(Job.objects.visible_to(user).filter(cluster=cluster)
+               .values_list("job_id", flat=True))
+
+
+def test_a_lead_sees_what_the_accounts_coordinator_sees(synced):
+    theirs = _sacct_as("alice")
+    ours = _visible("alice", synced)
+    assert ours == theirs
+    users = set(Job.objects.filter(job_id__in=ours).values_list("user_name", flat=True))
+    assert {"alice", "bob"} <= users and "dave" not in users  # the team's, not vision's
+
+
+def test_a_researcher_sees_their_own_jobs_as_slurm_does(synced):
+    theirs = _sacct_as("bob")
+    assert _visible("bob", synced) == theirs
+    assert set(Job.objects.filter(job_id__in=theirs).values_list("user_name", flat=True)) == {
+        "bob"}  # PrivateData=jobs is on: without it sacct -a would list everyone's

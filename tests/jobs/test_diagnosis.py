@@ -1,0 +1,193 @@
+"""The diagnosis service: facts from the archive, the seeded rules, routing to contacts."""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+
+import pytest
+
+from apps.accounts.models import Contact
+from apps.analysis.timeseries import GpuKey
+from apps.clusters.models import Cluster
+from apps.jobs import archive
+from apps.jobs.diagnosis import diagnose_job, job_facts
+from apps.jobs.diagnosis_defaults import DEFAULT_RULES
+from apps.jobs.models import DiagnosisRule, JobFinding, JobMetricSummary, TraceRankPhases, TraceRun
+from tests.conftest import make_job
+from tests.jobs.fake_telemetry import FakeSource
+
+pytestmark = pytest.mark.django_db
+
+HEALTHY = {"gpu_util": 0.97, "sm_active": 0.76, "tensor_active": 0.45, "fb_used": 60000.0,
+           "power": 500.0, "pcie_rx": 6e8, "nvlink_tx": 3e10, "temperature": 68.0,
+           "sm_clock": 1980.0, "throttle_reasons": 0.0, "xid": 0.0}
+STALL = {**HEALTHY, "gpu_util": 0.87, "sm_active": 0.19, "tensor_active": 0.09,
+         "pcie_rx": 2.5e9}
+
+
+def archived(job, per_gpu=None, n=8, **values):
+    gpus = {GpuKey("gpu01", i): {**HEALTHY, **values} for i in range(n)}
+    for index, extra in (per_gpu or {}).items():
+        gpus[GpuKey("gpu01", index)].update(extra)
+    archive.archive_job(job, FakeSource(gpus), force=True)
+    return list(job.findings.order_by("key"))
+
+
+def keys(findings):
+    return sorted(f.key for f in findings)
+
+
+def test_the_migration_seeds_every_default_rule_with_its_conditions():
+    rows = {r.key: r for r in DiagnosisRule.objects.prefetch_related("conditions")}
+    assert set(rows) == {spec["key"] for spec in DEFAULT_RULES}
+    for spec in DEFAULT_RULES:
+        assert len(rows[spec["key"]].conditions.all()) == len(spec["conditions"])
+
+
+def test_a_healthy_job_gets_no_finding(world):
+    assert archived(world.jobs["bob"]) == []
+
+
+@pytest.mark.parametrize(("per_gpu", "values", "expected"), [
+    ({}, STALL, ["input-stall"]),
+    ({}, {"tensor_active": 0.0}, ["no-tensor-cores"]),
+    ({i: {"gpu_util": 0.0, "sm_active": 0.0, "tensor_active": 0.0} for i in range(4)}, {},
+     ["idle-gpus"]),
+    ({3: {"xid": 79.0}}, {}, ["xid"]),
+    ({3: {"xid": 13.0}}, {}, []),  # an application error, not the hardware
+    ({2: {"throttle_reasons": 0x40, "temperature": 90.0}}, {}, ["thermal-throttling"]),
+    ({i: {"sm_active": 0.41} for i in range(8) if i != 5}
+     | {5: {"sm_active": 0.86, "throttle_reasons": 0x60, "sm_clock": 1150.0}}, {"gpu_util": 0.98},
+     ["slow-gpu-hardware"]),
+    ({i: {"sm_active": 0.41} for i in range(8) if i != 5} | {5: {"sm_active": 0.86}},
+     {"gpu_util": 0.98}, ["straggler-no-hardware"]),
+    ({}, {"gpu_util": 0.01, "sm_active": 0.005, "tensor_active": 0.0}, []),  # 1 h: too short
+])
+def test_each_pathology_fires_its_rule(world, per_gpu, values, expected):
+    assert keys(archived(world.jobs["bob"], per_gpu, **values)) == expected
+
+
+def test_an_allocation_held_idle_for_hours_is_flagged(world):
+    start = world.jobs["bob"].start_time
+    job = make_job(world.cluster, 900, world.users["bob"], world.team_a, start_time=start,
+                   end_time=start + timedelta(hours=6))
+    found = archived(job, gpu_util=0.01, sm_active=0.005, tensor_active=0.0)
+    assert keys(found) == ["idle-allocation"]
+    assert found[0].text.startswith("The GPUs were busy 1% of the time over 6.")
+
+
+def test_findings_cite_their_evidence_and_route_to_the_area_contact(world):
+    global_storage = Contact.objects.create(area="data", name="Storage (all)")
+    mine = Contact.objects.create(area="data", name="Storage here", cluster=world.cluster)
+    Contact.objects.create(area="data", name="Storage elsewhere",
+                           cluster=Cluster.objects.create(name="other"))
+    [finding] = archived(world.jobs["bob"], **STALL)
+    assert finding.route == "contact" and finding.contact == mine
+    facts = {e["fact"]: e for e in finding.evidence}
+    assert facts["busy"]["shown"] == "87%" and facts["busy"]["anchor"] == "efficiency"
+    assert facts["pcie_rx_gbs"]["shown"] == "2.5 GB/s"
+    mine.delete()
+    [finding] = archived(world.jobs["bob"], **STALL)
+    assert finding.contact == global_storage
+
+
+def test_code_findings_go_to_the_researcher_and_a_rule_may_override(world):
+    [finding] = archived(world.jobs["bob"], tensor_active=0.0)
+    assert finding.route == "researcher" and finding.contact is None
+    helpdesk = Contact.objects.create(area="code", name="ML help desk")
+    DiagnosisRule.objects.filter(key="no-tensor-cores").update(contact=helpdesk)
+    [finding] = archived(world.jobs["bob"], tensor_active=0.0)
+    assert finding.route == "contact" and finding.contact == helpdesk
+
+
+def test_without_a_contact_the_finding_says_nobody_is_configured(world):
+    [finding] = archived(world.jobs["bob"], **STALL)
+    assert finding.route == "none"
+
+
+def test_rules_are_data_admins_edit(world):
+    job = world.jobs["bob"]
+    assert keys(archived(job, **STALL)) == ["input-stall"]
+    DiagnosisRule.objects.filter(key="input-stall").update(enabled=False)
+    assert archived(job, **STALL) == []
+    rule = DiagnosisRule.objects.get(key="input-stall")
+    rule.enabled = True
+    rule.save()
+    rule.conditions.filter(fact="computing_share").update(value=0.1)
+    assert archived(job, **STALL) == []
+
+
+def test_diagnosing_twice_replaces_the_findings(world):
+    job = world.jobs["bob"]
+    archived(job, **STALL)
+    diagnose_job(job)
+    diagnose_job(job)
+    assert JobFinding.objects.filter(job=job).count() == 1
+
+
+def test_a_gpu_named_in_other_jobs_is_flagged_for_hardware(world):
+    waiting = {i: {"sm_active": 0.41} for i in range(8) if i != 5} | {5: {"sm_active": 0.86}}
+    for n in range(3):
+        earlier = make_job(world.cluster, 500 + n, world.users["tom"], world.team_a)
+        archived(earlier, waiting, gpu_util=0.98)
+    assert JobMetricSummary.objects.filter(straggler=True, gpu_index=5).count() == 3
+    found = archived(world.jobs["bob"])
+    assert keys(found) == ["gpu-slow-across-jobs"]
+    assert "GPU gpu01:5 was also named the straggler in 3 other jobs" in found[0].text
+
+
+def test_trace_phases_are_facts(world):
+    job = world.jobs["bob"]
+    run = TraceRun.objects.create(job=job, fingerprint="x", world_size=2, steps=10,
+                                  straggler_rank=1, straggler_phase="data_loading",
+                                  straggler_excess_ms=94.3, waiting_ranks=[0])
+    for rank, data in ((0, 2.0), (1, 96.3)):
+        TraceRankPhases.objects.create(trace_run=run, rank=rank, step_ms=150, forward_ms=40,
+                                       backward_ms=60, data_loading_ms=data)
+    facts = job_facts(job)
+    assert facts["trace_straggler_data"] == 1.0 and facts["trace_straggler_rank"] == "1"
+    assert facts["trace_data_share"] == pytest.approx(98.3 / 300)
+    assert keys(diagnose_job(job)) == ["data-loading-dominant", "slow-data-rank"]
+
+
+def test_the_shipped_rules_can_be_put_back(world):
+    from django.core.management import call_command
+
+    rule = DiagnosisRule.objects.get(key="input-stall")
+    rule.conditions.all().delete()
+    rule.enabled = False
+    rule.save()
+    call_command("diagnosis_rules", "--reset", "input-stall", stdout=io.StringIO())
+    rule.refresh_from_db()
+    assert rule.enabled and rule.conditions.count() == 5
+
+
+def test_diagnose_jobs_reruns_the_rules_after_an_edit(world):
+    from django.core.management import call_command
+
+    job = world.jobs["bob"]
+    archived(job, **STALL)
+    DiagnosisRule.objects.filter(key="input-stall").update(enabled=False)
+    out = io.StringIO()
+    call_command("diagnose_jobs", "--cluster", world.cluster.name, str(job.job_id), stdout=out)
+    assert "1 job(s) diagnosed: 0 finding(s)" in out.getvalue()
+    assert not job.findings.exists()
+
+
+def test_admins_edit_rules_in_the_admin(world, login):
+    from django.urls import reverse
+
+    staff = login("staff")
+    staff.force_login(world.users["staff"])
+    world.users["staff"].is_superuser = True
+    world.users["staff"].save()
+    rule = DiagnosisRule.objects.get(key="input-stall")
+    assert staff.get(reverse("admin:jobs_diagnosisrule_changelist")).status_code == 200
+    page = staff.get(reverse("admin:jobs_diagnosisrule_change", args=[rule.pk]))
+    assert page.status_code == 200 and "{pcie_rx_gbs}" in page.content.decode()
+    bad = {"key": "x", "title": "t", "area": "data", "severity": "warning", "text": "{nope}",
+           "hint": "", "enabled": "on", "order": 1,
+           "conditions-TOTAL_FORMS": 0, "conditions-INITIAL_FORMS": 0}
+    response = staff.post(reverse("admin:jobs_diagnosisrule_add"), bad)
+    assert response.status_code == 200 and "unknown placeholder {nope}" in response.content.decode()

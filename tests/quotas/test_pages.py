@@ -1,0 +1,99 @@
+"""Quota pages: who sees which accounts, the admin's preview -> confirm flow, conflicts and
+Slurm refusals shown on the form, and a quota-held job's reason in words on its page."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from apps.clusters import sync
+from apps.clusters.adapters.base import AdapterError
+from apps.quotas.models import Quota, QuotaChange
+from tests.conftest import make_job
+
+
+@pytest.fixture
+def patched(slurm, monkeypatch):
+    """The views reach Slurm through ``sync.client_for``: answer with the fake cluster."""
+    monkeypatch.setattr(sync, "client_for", lambda cluster: slurm)
+    return slurm
+
+
+@pytest.mark.parametrize(("persona", "accounts"), [
+    ("bob", {"nlp"}), ("alice", {"nlp"}), ("carol", {"vision"}), ("staff", {"nlp", "vision"}),
+])
+def test_members_see_their_teams_quotas_only(world, login, nlp, persona, accounts):
+    QuotaChange.objects.create(account=nlp, month=nlp.created_at.date().replace(day=1),
+                               kind="drift", new_minutes=60)
+    page = login(persona).get(reverse("quotas-home"))
+    assert {row.account.name for row in page.context["rows"]} == accounts
+    assert len(page.context["changes"]) == (1 if persona == "staff" else 0)  # admins only
+
+
+def _preview(client, nlp, hours="100", reason="Q4 budget"):
+    return client.post(reverse("quotas-edit", args=[nlp.pk]),
+                       {"step": "preview", "month": "2026-11", "hours": hours,
+                        "reason": reason})
+
+
+def _confirm(client, nlp, preview_ctx, hours="100"):
+    p = preview_ctx["preview"]
+    return client.post(reverse("quotas-edit", args=[nlp.pk]), {
+        "step": "apply", "month": f"{p.month:%Y-%m}", "hours": hours, "reason": "Q4 budget",
+        "seen_minutes": "" if p.old_minutes is None else p.old_minutes,
+        "seen_version": p.version})
+
+
+def test_the_admin_previews_the_exact_command_then_confirms(world, login, patched, nlp):
+    client = login("staff")
+    page = _preview(client, nlp)
+    text = page.content.decode()
+    assert "sacctmgr -i modify account where name=nlp set GrpTRESMins=gres/gpu=6000" in text
+    assert "Preview: nothing is written yet" in text and not Quota.objects.exists()
+    done = _confirm(client, nlp, page.context)
+    assert done.status_code == 303
+    assert Quota.objects.get().gpu_minutes == 6000
+    assert patched.account_limits("nlp").grp_tres_mins == {"gres/gpu": 6000}
+
+
+def test_two_admins_on_one_quota_the_second_is_told(world, login, patched, nlp):
+    first, second = login("staff"), login("staff")
+    seen = _preview(second, nlp, hours="300").context
+    _confirm(first, nlp, _preview(first, nlp).context)
+    page = _confirm(second, nlp, seen, hours="300")
+    assert page.status_code == 409
+    assert "Not applied" in page.content.decode() and "changed this quota" in page.context["error"]
+    assert Quota.objects.get().gpu_minutes == 6000
+
+
+def test_a_refusal_from_slurm_is_shown_and_nothing_is_applied(world, login, patched, nlp):
+    client = login("staff")
+    seen = _preview(client, nlp).context
+    patched.limit_fail = AdapterError("Slurm changed nothing:  Nothing modified",
+                                      service="slurm")
+    page = _confirm(client, nlp, seen)
+    assert page.status_code == 200 and "Nothing modified" in page.context["error"]
+    assert not Quota.objects.exists() and QuotaChange.objects.get().kind == "failed"
+
+
+@pytest.mark.parametrize(("hours", "message"), [("-1", "cannot be negative"),
+                                                ("1e9", "absurd")])
+def test_negative_and_absurd_values_are_refused_on_the_form(world, login, patched, nlp, hours,
+                                                            message):
+    page = _preview(login("staff"), nlp, hours=hours)
+    assert message in page.context["error"] and "preview" not in page.context
+
+
+def test_leads_cannot_set_quotas(world, login, patched, nlp):
+    assert _preview(login("alice"), nlp).status_code == 403
+    assert not patched.calls
+
+
+def test_a_job_held_by_the_quota_says_so_in_words(world, login):
+    job = make_job(world.cluster, 500, world.users["bob"], world.team_a, state="PENDING",
+                   start_time=None, end_time=None, reason="AssocGrpGRESMinutes")
+    page = login("bob").get(reverse("jobs-detail", args=[world.cluster.name, job.job_id]))
+    text = page.content.decode()
+    assert "(AssocGrpGRESMinutes)" in text
+    assert "your team&#x27;s GPU-hour quota is used up" in text
+    assert reverse("quotas-home") in text
