@@ -3,7 +3,8 @@
 ``fewer_collections`` keeps Python's cyclic garbage collector from walking the same
 long-lived objects again and again while a bulk import allocates millions of small
 tuples (telemetry points) that are freed by reference counting anyway. ``forked`` runs a
-generator of pure work in a child process, so a second core parses while this one writes.
+generator of pure work in a child process, so a second core parses while this one writes;
+``forked_map`` spreads independent items (one telemetry file each) over several children.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from __future__ import annotations
 import gc
 import multiprocessing as mp
 import os
+import pickle
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
+
+R = TypeVar("R")
 
 # Allocations between young collections during bulk work (CPython's default is 700): the
 # import makes and frees tuples by the million, and a young collection per 700 of them
@@ -55,12 +59,15 @@ def forked(produce: Callable[[], Iterator[T]], chunk: int = 32) -> Iterator[T]:
     child is raised here, after the items before it. Without ``fork`` (or with
     ``BEACON_NO_FORK`` set), ``produce()`` runs in this process.
     """
-    if os.environ.get("BEACON_NO_FORK") or "fork" not in mp.get_all_start_methods():
+    if not _can_fork():
         yield from produce()
         return
     context = mp.get_context("fork")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_produce_into, args=(produce, send, chunk), daemon=True)
+    # not a daemon, so that it may fork workers of its own (forked_map); the finally below
+    # ends it whatever happens here
+    child = context.Process(target=_produce_into, args=(produce, send, chunk, receive),
+                            daemon=False)
     child.start()
     send.close()
     try:
@@ -83,21 +90,107 @@ def forked(produce: Callable[[], Iterator[T]], chunk: int = 32) -> Iterator[T]:
             child.join()
 
 
-def _produce_into(produce: Callable[[], Iterator[Any]], send: Any, chunk: int) -> None:
+def _produce_into(produce: Callable[[], Iterator[Any]], send: Any, chunk: int,
+                  receive: Any) -> None:
+    receive.close()  # the caller's end: once the caller closes it, a send here fails at once
     items: list[Any] = []
     try:
-        for item in produce():
-            items.append(item)
-            if len(items) >= chunk:
-                send.send(("items", items))
-                items = []
-        send.send(("items", items))
-        send.send((_DONE, None))
-    except Exception as exc:  # handed to the parent, which raises it
-        send.send(("items", items))
         try:
-            send.send((_FAILED, exc))
-        except Exception:  # an exception that does not pickle: its text
-            send.send((_FAILED, RuntimeError(f"{type(exc).__name__}: {exc}")))
+            for item in produce():
+                items.append(item)
+                if len(items) >= chunk:
+                    send.send(("items", items))
+                    items = []
+            send.send(("items", items))
+            send.send((_DONE, None))
+        except OSError as exc:
+            if isinstance(exc, BrokenPipeError):
+                raise
+            _send_failure(send, items, exc)
+        except Exception as exc:  # handed to the parent, which raises it
+            _send_failure(send, items, exc)
+    except BrokenPipeError:  # the caller stopped early and closed its end
+        pass
+    finally:
+        send.close()
+
+
+def _send_failure(send: Any, items: list[Any], exc: Exception) -> None:
+    send.send(("items", items))
+    try:
+        send.send((_FAILED, exc))
+    except (TypeError, AttributeError, pickle.PicklingError):  # it does not pickle: its text
+        send.send((_FAILED, RuntimeError(f"{type(exc).__name__}: {exc}")))
+
+
+def _can_fork() -> bool:
+    """Fork is available, not turned off, and allowed here (a daemonic process, such as a
+    pool worker, may not have children)."""
+    return not os.environ.get("BEACON_NO_FORK") and "fork" in mp.get_all_start_methods() \
+        and not mp.current_process().daemon
+
+
+def forked_map(fn: Callable[[T], R], items: list[T], workers: int = 2) -> Iterator[R]:
+    """``fn(item)`` for each item, in order, computed by ``workers`` forked children.
+
+    Child ``k`` takes items ``k``, ``k + workers``, ... (the items and ``fn`` reach it by
+    the fork; results travel pickled, so they should be plain data). Each child is at most
+    one result ahead of the caller: a pipe holds a result until it is read. An exception
+    for an item is raised here in that item's place. For pure work only, as ``forked``.
+    Without fork, with one worker or one item, it runs in this process.
+    """
+    if workers < 2 or len(items) < 2 or not _can_fork():
+        yield from (fn(item) for item in items)
+        return
+    context = mp.get_context("fork")
+    pipes, children = [], []
+    for k in range(min(workers, len(items))):
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=_map_into, daemon=True,
+                                args=(fn, items[k::workers], send, [*pipes, receive]))
+        child.start()
+        send.close()
+        pipes.append(receive)
+        children.append(child)
+    try:
+        for index in range(len(items)):
+            k = index % len(pipes)
+            try:
+                kind, payload = pipes[k].recv()
+            except EOFError:
+                raise RuntimeError(f"worker process {k} ended early "
+                                   f"(exit {children[k].exitcode})") from None
+            if kind == _FAILED:
+                raise payload
+            yield payload
+    finally:
+        for receive in pipes:
+            receive.close()
+        for child in children:
+            child.join(timeout=5)
+            if child.is_alive():  # the caller stopped early: the child waits on a full pipe
+                child.terminate()
+                child.join()
+
+
+def _map_into(fn: Callable[[Any], Any], items: list[Any], send: Any,
+              receiving: list[Any]) -> None:
+    for end in receiving:  # the caller's ends: once it closes them, a send here fails at once
+        end.close()
+    try:
+        for item in items:
+            try:
+                result = ("item", fn(item))
+            except Exception as exc:  # handed to the parent, which raises it in its place
+                result = (_FAILED, exc)
+            try:
+                send.send(result)
+            except (TypeError, AttributeError, pickle.PicklingError) as exc:  # not picklable
+                result = (_FAILED, RuntimeError(f"{type(exc).__name__}: {exc}"))
+                send.send(result)
+            if result[0] == _FAILED:  # the caller stops at this item
+                return
+    except BrokenPipeError:  # the caller stopped early and closed its end
+        pass
     finally:
         send.close()

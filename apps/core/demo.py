@@ -13,7 +13,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -80,13 +80,17 @@ def load(folder: Path, report: Report | None = None) -> LoadResult:
     _check_complete(folder)
     result = LoadResult(cluster=desc["name"])
     cluster = ensure_cluster(desc, folder)
-    result.logins = ensure_people(cluster, desc)
-    with fewer_collections():  # millions of short-lived telemetry tuples (apps/core/batch.py)
-        for stage, step in _steps(cluster, folder, report):
-            started = time.perf_counter()
-            stats = step()
-            stats["seconds"] = round(time.perf_counter() - started, 1)
-            result.stages[stage] = stats
+    # PBKDF2 releases the GIL: the logins' hashes (~0.25 s each) are made on a thread while
+    # the first stages, which use one core, run; they are stored once every stage is done
+    with ThreadPoolExecutor(max_workers=1) as hasher:
+        logins = ensure_people(cluster, desc, hasher)
+        with fewer_collections():  # millions of short-lived telemetry tuples (batch.py)
+            for stage, step in _steps(cluster, folder, report):
+                started = time.perf_counter()
+                stats = step()
+                stats["seconds"] = round(time.perf_counter() - started, 1)
+                result.stages[stage] = stats
+        result.logins = logins.store()
     return result
 
 
@@ -124,11 +128,14 @@ def ensure_cluster(desc: dict[str, Any], folder: Path) -> Cluster:
     return cluster
 
 
-def ensure_people(cluster: Cluster, desc: dict[str, Any]) -> list[tuple[str, str, str]]:
+def ensure_people(cluster: Cluster, desc: dict[str, Any],
+                  hasher: Executor | None = None) -> PendingLogins:
     """Teams from the Slurm accounts, their leads and members, an admin, and contacts.
 
     Users get random passwords once; they are kept (mode 0600) in the data folder and
-    printed by the command, never stored in git or in the folder.
+    printed by the command, never stored in git or in the folder. The passwords are hashed
+    on ``hasher`` (here when None); ``store()`` on the result sets them and returns the
+    logins.
     """
     rows = [(ADMIN, "platform admin")]
     with transaction.atomic():
@@ -140,7 +147,9 @@ def ensure_people(cluster: Cluster, desc: dict[str, Any]) -> list[tuple[str, str
         for area, name in CONTACTS:
             Contact.objects.get_or_create(area=area, name=name,
                                           defaults={"email": f"{area}@example.org"})
-        return _logins(rows, desc)
+        pending = _logins(rows, hasher)
+        _memberships(desc)
+    return pending
 
 
 def _team(cluster: Cluster, team_desc: dict[str, Any]) -> Team:
@@ -151,8 +160,38 @@ def _team(cluster: Cluster, team_desc: dict[str, Any]) -> Team:
     return team
 
 
-def _logins(rows: list[tuple[str, str]], desc: dict[str, Any]) -> list[tuple[str, str, str]]:
-    path = Path(settings.DATA_DIR) / "demo-logins.txt"
+@dataclass
+class PendingLogins:
+    """The demo's users, their passwords, and the hashes being made for the new ones."""
+
+    users: dict[str, Any]
+    passwords: dict[str, str]
+    roles: dict[str, str]
+    hashes: dict[str, Future[str]]
+
+    def store(self) -> list[tuple[str, str, str]]:
+        """Set the hashed passwords and roles, write demo-logins.txt; the logins."""
+        logins = []
+        with transaction.atomic():
+            for name, user in self.users.items():
+                if name in self.hashes:
+                    user.password = self.hashes[name].result()
+                user.is_staff = user.is_superuser = name == ADMIN
+                user.save()
+                logins.append((name, self.passwords[name], self.roles[name]))
+        path = _logins_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text("".join(f"{n} {p} {r}\n" for n, p, r in logins))
+        return logins
+
+
+def _logins_file() -> Path:
+    return Path(settings.DATA_DIR) / "demo-logins.txt"
+
+
+def _logins(rows: list[tuple[str, str]], hasher: Executor | None) -> PendingLogins:
+    path = _logins_file()
     lines = path.read_text().splitlines() if path.exists() else []
     known = dict(line.split()[:2] for line in lines if len(line.split()) >= 2)
     user_model = get_user_model()
@@ -162,22 +201,16 @@ def _logins(rows: list[tuple[str, str]], desc: dict[str, Any]) -> list[tuple[str
     passwords = {name: known.get(name) or secrets.token_urlsafe(9) for name in roles}
     users = {name: user_model.objects.get_or_create(username=name) for name in roles}
     fresh = [name for name, (_, created) in users.items() if created or name not in known]
-    # PBKDF2 releases the GIL: the demo's ~17 hashes (about 0.25 s each) on both cores
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        hashes = dict(zip(fresh, pool.map(lambda n: make_password(passwords[n]), fresh),
-                          strict=True))
-    logins = []
-    for name, (user, _) in users.items():
-        if name in hashes:
-            user.password = hashes[name]
-        user.is_staff = user.is_superuser = name == ADMIN
-        user.save()
-        logins.append((name, passwords[name], roles[name]))
-    _memberships(desc)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.touch(mode=0o600)
-    path.write_text("".join(f"{n} {p} {r}\n" for n, p, r in logins))
-    return logins
+    submit = hasher.submit if hasher else _now
+    hashes = {name: submit(make_password, passwords[name]) for name in fresh}
+    return PendingLogins({n: u for n, (u, _) in users.items()}, passwords, roles, hashes)
+
+
+def _now(fn: Callable[..., str], *args: Any) -> Future[str]:
+    """A finished future of ``fn(*args)`` (no executor: hash here)."""
+    done: Future[str] = Future()
+    done.set_result(fn(*args))
+    return done
 
 
 def _memberships(desc: dict[str, Any]) -> None:

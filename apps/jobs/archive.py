@@ -50,7 +50,7 @@ from apps.clusters.adapters.telemetry import (
     plan,
 )
 from apps.clusters.models import Cluster
-from apps.core.batch import forked
+from apps.core.batch import forked, forked_map
 from apps.jobs.adapters.openmetrics import JobRequest, JobSeries, first_timestamp, jobs_series
 from apps.jobs.diagnosis import RuleSet, diagnose_job, diagnose_many
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary, JobNodeMetrics
@@ -137,26 +137,46 @@ class OpenMetricsSource:
         Each file is read once, for the jobs whose window meets it; a job is handed over
         as soon as the files have passed its window, so memory holds the samples of the
         jobs still open (those running at the current file's time), not of all of them.
+        Which jobs a file is read for depends on their windows only, so the files are
+        read by two forked children (``forked_map``) while this process merges.
         """
-        waiting = sorted(jobs, key=lambda j: j[1].start)
-        open_: dict[str, tuple[Window, JobRequest]] = {}
+        plan = self._plan(jobs)
+        parts = forked_map(self._read_planned, [(path, requests) for path, requests, _ in plan])
         read: dict[str, JobSeries] = {}
+        windows = {job_id: window for job_id, window, _ in jobs}
+        for (_, requests, closing), part in zip(plan, parts, strict=True):
+            for r in requests:
+                read.setdefault(r.job_id, JobSeries({}, {}))
+            for job_id, series in part.items():
+                read[job_id] = _merged(read[job_id], series)
+            for job_id in closing:
+                yield job_id, self._telemetry(windows[job_id],
+                                              read.pop(job_id, JobSeries({}, {})))
+
+    def _plan(self, jobs: Sequence[tuple[str, Window, Sequence[GpuInterval]]]
+              ) -> list[tuple[Path | None, list[JobRequest], list[str]]]:
+        """Per file in time order: the jobs to read it for, and the jobs that close after
+        it (their windows end before the next file). A last row without a file closes the
+        jobs the files never reached or never passed."""
+        waiting = sorted(jobs, key=lambda j: j[1].start)
+        open_: dict[str, JobRequest] = {}
+        plan: list[tuple[Path | None, list[JobRequest], list[str]]] = []
         for start, end, path in self._ranges():
             while waiting and waiting[0][1].start - self.catalogue.scrape_interval < end:
                 job_id, window, intervals = waiting.pop(0)
-                open_[job_id] = (window, JobRequest(job_id, window, True, tuple(
-                    (i.key, i.start, i.end) for i in intervals)))
-                read[job_id] = JobSeries({}, {})
-            requests = [r for w, r in open_.values() if start <= w.end]
-            for job_id, part in self._read(path, requests).items():
-                read[job_id] = _merged(read[job_id], part)
-            for job_id in [j for j, (w, _) in open_.items() if w.end < end]:
-                window, _ = open_.pop(job_id)
-                yield job_id, self._telemetry(window, read.pop(job_id))
-        for job_id, window, _ in waiting:  # jobs after the last file: nothing was read
-            yield job_id, self._telemetry(window, JobSeries({}, {}))
-        for job_id, (window, _) in open_.items():
-            yield job_id, self._telemetry(window, read.pop(job_id))
+                open_[job_id] = JobRequest(job_id, window, True, tuple(
+                    (i.key, i.start, i.end) for i in intervals))
+            requests = [r for r in open_.values() if start <= r.window.end]
+            closing = [j for j, r in open_.items() if r.window.end < end]
+            for job_id in closing:
+                del open_[job_id]
+            plan.append((path, requests, closing))
+        plan.append((None, [], [job_id for job_id, _, _ in waiting] + list(open_)))
+        return plan
+
+    def _read_planned(self, item: tuple[Path | None, list[JobRequest]]) -> dict[str, JobSeries]:
+        path, requests = item
+        return self._read(path, requests) if path is not None else {}
 
     def _telemetry(self, window: Window, read: JobSeries) -> JobTelemetry:
         result = JobTelemetry(plan(window, self.catalogue.scrape_interval), read.binding)
@@ -338,8 +358,8 @@ def _archive_stream(todo: dict[str, Todo], source: OpenMetricsSource,
                     progress: Callable[[int, int], None] | None) -> Iterator[JobMetrics]:
     """Steps 4 to 6 of ``archive_job`` for the jobs of ``todo`` as the files pass them.
 
-    A forked worker reads the files and summarises (pure work, the second core) while
-    this process stores and diagnoses what it has summarised (``apps/core/batch.py``).
+    Forked workers read the files (pure work, ``OpenMetricsSource.stream``) while this
+    process summarises, stores and diagnoses what they have read (``apps/core/batch.py``).
     """
     rules = RuleSet.load()  # once per pass, not once per job
 

@@ -47,6 +47,7 @@ from apps.analysis.security_types import (
     RuleConfig,
 )
 from apps.analysis.sshd_log import SshRecord, events
+from apps.analysis.timeseries import Series
 from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.slurm import SlurmClient
@@ -309,11 +310,14 @@ def read_ahead(cluster: Cluster, slices: list[tuple[datetime, datetime]],
     folder, catalogue = sources.openmetrics, catalogue_for(cluster)  # the database, here
 
     def produce() -> Iterator[telemetry.RawTelemetry | AdapterError]:
+        parsed: dict[Path, list[Series]] = {}  # the files a slice shares with the next one
         for since, until in slices:
             start, end = _frame_start(since).timestamp(), until.timestamp()
             try:
-                yield telemetry.from_openmetrics(telemetry.telemetry_files(folder, start, end),
-                                                 catalogue, start, end)
+                paths = telemetry.telemetry_files(folder, start, end)
+                for old in set(parsed) - set(paths):
+                    del parsed[old]
+                yield telemetry.from_openmetrics(paths, catalogue, start, end, parsed)
             except AdapterError as exc:  # that slice's detection reports it, as unread
                 yield exc
 

@@ -12,6 +12,11 @@
 #   down    cancel the cluster's jobs (KEEP_JOBS=1: keep them), stop what `up` started, by pid
 #           file, in reverse order. Packages, config and the accounting database stay.
 #   status  one line per daemon; exit 0 when all are up, 3 otherwise.
+#   reset   `down`, then forget the cluster's history: drop the accounting database and the
+#           controller's saved state, so the next `up` starts as on a fresh machine. CI runs it
+#           first: the accounting database lives in the machine's MariaDB and outlives a
+#           checkout, so jobs an earlier (perhaps interrupted) run left there would otherwise
+#           change month-wide comparisons such as sreport's.
 #
 # Options (environment): NODES=4 GPUS=8 CPUS=32 MEM_MB=256000 CLUSTER=devcluster
 #   SAMPLE_JOBS=auto|force|no (auto: once per cluster state; no: tests submit their own)
@@ -583,6 +588,17 @@ cmd_down() {
   return 0
 }
 
+cmd_reset() {
+  cmd_down
+  say "forgetting the dev cluster's history (accounting database, controller state)"
+  if mariadb -uroot -e 'select 1' >/dev/null 2>&1; then
+    db_root -e "DROP DATABASE IF EXISTS slurm_acct_db"
+  fi
+  rm -rf "${STATE:?}/slurmctld" "${STATE:?}/slurmd" "$STATE/sample-jobs.done" "$JOBMAP"
+  [ -e "$JOBMAP_LOG" ] && : > "$JOBMAP_LOG"
+  return 0
+}
+
 # --- status -----------------------------------------------------------------------------------
 
 status_line() { # label pidfile comm
@@ -618,5 +634,6 @@ case "$CMD" in
   up) cmd_up ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  reset) [ "$(id -u)" = 0 ] || die "run as root"; cmd_reset ;;
+  *) echo "usage: $0 up|down|status|reset" >&2; exit 2 ;;
 esac

@@ -199,25 +199,23 @@ def file_start(path: Path) -> float | None:
 
 
 def from_openmetrics(paths: Sequence[Path], catalogue: Catalogue, start: float,
-                     end: float) -> RawTelemetry:
+                     end: float, parsed: dict[Path, list[Series]] | None = None) -> RawTelemetry:
     """The same measures read from OpenMetrics files, samples inside ``(start, end]``
     (counters keep the sample before ``start``, so the first rate is known).
 
+    ``parsed`` keeps each file's wanted series across calls: consecutive windows (a sliced
+    backfill) share their edge files, which are then parsed once. The caller bounds it.
     A malformed or truncated file raises ``AdapterError`` naming it and the line.
     """
     gpu_names = {name: m for m in GPU_MEASURES for name in catalogue.metric(m).names}
     gpu_points: dict[tuple[str, tuple[tuple[str, str], ...]], list[Point]] = defaultdict(list)
     counters: dict[tuple[str, str, str, str], list[Point]] = defaultdict(list)
     wanted = set(gpu_names) | set(_FAMILY_MEASURE) | {CPU_FAMILY}
+    cache = {} if parsed is None else parsed
     for path in paths:
-        try:
-            with path.open(encoding="utf-8", errors="replace") as lines:
-                _read(lines, wanted, gpu_names, catalogue, start, end, gpu_points, counters)
-        except OSError as exc:
-            raise AdapterError(f"{path.name}: cannot read ({exc})", service="openmetrics") from exc
-        except AdapterError as exc:
-            raise AdapterError(f"{path.name}: {exc}", service="openmetrics",
-                               detail=exc.detail) from exc
+        if path not in cache:
+            cache[path] = _wanted_series(path, wanted)
+        _clip_into(cache[path], gpu_names, catalogue, start, end, gpu_points, counters)
     raw = RawTelemetry(_spacing(gpu_points.values()) or catalogue.scrape_interval)
     for (measure, labels), points in gpu_points.items():
         spec = catalogue.metric(measure)
@@ -227,14 +225,26 @@ def from_openmetrics(paths: Sequence[Path], catalogue: Catalogue, start: float,
     return raw
 
 
-def _read(lines: Iterable[str], wanted: set[str], gpu_names: dict[str, str],
-          catalogue: Catalogue, start: float, end: float,
-          gpu_points: dict[tuple[str, tuple[tuple[str, str], ...]], list[Point]],
-          counters: dict[tuple[str, str, str, str], list[Point]]) -> None:
-    """One file's wanted series (parsed once per series by ``read_series``), clipped to
-    the window; counters keep a margin before it for their first rate."""
+def _wanted_series(path: Path, wanted: set[str]) -> list[Series]:
+    """One file's series of the wanted families (parsed once per series by ``read_series``)."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            return read_series(lines, lambda name, labels: name in wanted)
+    except OSError as exc:
+        raise AdapterError(f"{path.name}: cannot read ({exc})", service="openmetrics") from exc
+    except AdapterError as exc:
+        raise AdapterError(f"{path.name}: {exc}", service="openmetrics",
+                           detail=exc.detail) from exc
+
+
+def _clip_into(series_list: list[Series], gpu_names: dict[str, str], catalogue: Catalogue,
+               start: float, end: float,
+               gpu_points: dict[tuple[str, tuple[tuple[str, str], ...]], list[Point]],
+               counters: dict[tuple[str, str, str, str], list[Point]]) -> None:
+    """One file's series clipped to the window; counters keep a margin before it for
+    their first rate."""
     margin = 4 * catalogue.scrape_interval + 3600.0
-    for series in read_series(lines, lambda name, labels: name in wanted):
+    for series in series_list:
         measure = gpu_names.get(series.metric)
         if measure is not None:
             key = (measure, tuple(sorted(series.labels.items())))
