@@ -10,11 +10,13 @@ rules version (``{"rules": 1}``), so it is not asked for again.
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 
 from apps.analysis.job_labels import MAX_SCRIPT, LabelRules, match_labels, rules_from_dict
@@ -25,6 +27,7 @@ from apps.core.runs import tracked_run
 from apps.jobs.models import Job
 
 LABEL_BATCH = 500
+UPDATE_CHUNK = 900  # ids per UPDATE ... WHERE id IN (...)
 
 
 @lru_cache(maxsize=4)
@@ -43,9 +46,25 @@ def _unlabelled(cluster: Cluster, rules: LabelRules, limit: int | None) -> list[
 
 
 def _store(jobs: list[Job], script_of: Callable[[Job], str], rules: LabelRules) -> int:
+    """Label the jobs and save the labels, one transaction per call.
+
+    Most jobs share a handful of label sets (the same launcher, the same dataset), so
+    jobs with the same labels are written by one UPDATE per set; bulk_update's CASE per
+    row costs several times that. Label sets of one job go through bulk_update.
+    """
+    groups: dict[str, list[Job]] = defaultdict(list)
     for job in jobs:
         job.labels = match_labels(script_of(job), rules)
-    Job.objects.bulk_update(jobs, ["labels"], batch_size=500)
+        groups[json.dumps(job.labels, sort_keys=True)].append(job)
+    single = [group[0] for group in groups.values() if len(group) == 1]
+    with transaction.atomic():
+        for group in groups.values():
+            if len(group) > 1:
+                for start in range(0, len(group), UPDATE_CHUNK):
+                    chunk = group[start:start + UPDATE_CHUNK]
+                    Job.objects.filter(pk__in=[j.pk for j in chunk]).update(
+                        labels=chunk[0].labels)
+        Job.objects.bulk_update(single, ["labels"], batch_size=500)
     return sum(1 for j in jobs if len(j.labels) > 1)
 
 

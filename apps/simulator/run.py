@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from apps.core.batch import forked
 from apps.simulator import hostfiles, shares, slurm_json
 from apps.simulator.cluster import Cluster, build_cluster
 from apps.simulator.config import SimConfig
@@ -83,24 +85,36 @@ def simulate(cfg: SimConfig, out_dir: Path | str, progress: Progress | None = No
         (out / sub).mkdir(parents=True, exist_ok=True)
     report = progress or (lambda stage, done, total: None)
     summary = Summary(out, jobs=len(planned.jobs))
+    # the telemetry (most of the time) is written by a forked child while this process
+    # writes the rest: nothing those steps do changes what the telemetry reads
+    windows, telemetry = _telemetry(planned, out / "telemetry")
     report("slurm", 0, 2)
     _write_slurm(out / "slurm", planned, summary)
     report("slurm", 1, 2)
     _write_host_files(out, planned)
     report("slurm", 2, 2)
     traced = _write_traces(out / "traces", planned, summary, report)
-    if cfg.telemetry_days != 0:
-        writer = TelemetryWriter(planned.cluster, planned.jobs, planned.truth, planned.outages,
-                                 cfg.telemetry_step, planned.t0, cfg.now, cfg.seed)
-        windows = writer.windows()
-        report("telemetry", 0, len(windows))
-        for i, w0 in enumerate(windows):
-            summary.telemetry_files.append(writer.write_window(out / "telemetry", w0))
-            report("telemetry", i + 1, len(windows))
+    report("telemetry", len(summary.telemetry_files), len(windows))
+    for path in telemetry:
+        summary.telemetry_files.append(path)
+        report("telemetry", len(summary.telemetry_files), len(windows))
     summary.findings = _write_truth(out / "ground_truth.json", planned, traced)
     (out / "cluster.json").write_text(json.dumps(_describe(planned.cluster, cfg), indent=2)
                                       + "\n")
     return summary
+
+
+def _telemetry(planned: Plan, directory: Path) -> tuple[list[int], Iterator[Path]]:
+    """The telemetry windows, and their files as a forked child writes them (started now)."""
+    cfg = planned.cfg
+    if cfg.telemetry_days == 0:
+        return [], iter(())
+    writer = TelemetryWriter(planned.cluster, planned.jobs, planned.truth, planned.outages,
+                             cfg.telemetry_step, planned.t0, cfg.now, cfg.seed)
+    windows = writer.windows()
+    files = forked(lambda: (writer.write_window(directory, w0) for w0 in windows), chunk=1)
+    first = next(files, None)  # a generator starts its child on the first request
+    return windows, itertools.chain([first] if first else [], files)
 
 
 def _mark_idle_notebooks(truth: Truth, jobs: list[Job], t0: int, cfg: SimConfig) -> None:

@@ -53,6 +53,9 @@ def _check_room(cfg: SimConfig, out: Path, max_gb: float) -> None:
 
 class Command(BaseCommand):
     help = "Simulate a GPU cluster and write Slurm JSON, telemetry, traces, logs, ground truth."
+    # the simulator is pure (no database, no URLs, no apps' state): Django's checks guard
+    # nothing it uses and cost about a second
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--nodes", type=int, default=16, help="nodes of 8 GPUs (1-512)")
