@@ -41,6 +41,7 @@ from apps.clusters.adapters.slurm import (
 )
 from apps.clusters.models import Cluster, SlurmAccount
 from apps.clusters.upsert import existing_rows, refresh_statistics, upsert_jobs
+from apps.core.batch import fewer_collections, forked
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job, JobGpu
 
@@ -147,6 +148,10 @@ class JobImporter:
                           .values_list("name", "team_id"))
         self.shards_per_gpu = cluster.shards_per_gpu()
         self.gpu_kinds = cluster.gpu_kinds()
+        # a cluster's jobs come in a few GPU shapes ({"h100": 8}, one MIG slice...): each
+        # shape's GPU-equivalents are worked out once per import, not once per record
+        self._allocations: dict[tuple[int, tuple[tuple[str, int], ...]],
+                                tuple[float, dict[str, float | int]]] = {}
         self.other_clusters: dict[str, int] = {}
         self.analyzed_at = 0  # rows created when statistics were last refreshed
         self._users: dict[str, int | None] = {}  # Slurm name -> portal user, for this run
@@ -245,7 +250,7 @@ class JobImporter:
     def _row(self, job: SlurmJob, fixed: ExitStatus | None, old: _Existing | None,
              users: Mapping[str, int | None], result: ImportResult) -> dict[str, Any]:
         exit_code, exit_signal = _exit_values(job, fixed, old)
-        gpu_equivalent, gpu_types = gpu_allocation(job.gpus, job.gpu_types, self.gpu_kinds)
+        gpu_equivalent, gpu_types = self._allocation(job)
         values: dict[str, Any] = {
             "display_id": job.display_id, "array_job_id": job.array_job_id,
             "array_task_id": job.array_task_id, "array_tasks_pending": job.array_tasks_pending,
@@ -267,6 +272,15 @@ class JobImporter:
         values["sync_hash"] = _digest(values)
         values["cluster_id"], values["job_id"] = self.cluster.pk, job.job_id
         return values
+
+    def _allocation(self, job: SlurmJob) -> tuple[float, dict[str, float | int]]:
+        shape = (job.gpus, tuple(job.gpu_types.items()))
+        found = self._allocations.get(shape)
+        if found is None:
+            found = gpu_allocation(job.gpus, job.gpu_types, self.gpu_kinds)
+            self._allocations[shape] = found
+        equivalent, per_model = found
+        return equivalent, dict(per_model)  # each row owns its dict
 
     @staticmethod
     def _clip(job: SlurmJob, values: dict[str, Any], result: ImportResult) -> None:
@@ -371,6 +385,9 @@ def close_gpu_intervals(job_pks: list[int]) -> int:
         end=Coalesce(end, timezone.now()))
 
 
+PARSE_CHUNK = 500  # parsed records per hand-over from the parsing child
+
+
 def import_sacct(cluster: Cluster, stream: IO[bytes],
                  exit_codes: Mapping[int, ExitStatus] | None = None) -> ImportResult:
     """Import a saved ``sacct --json`` dump (air-gapped sites, backfills, the demo).
@@ -387,7 +404,11 @@ def import_sacct(cluster: Cluster, stream: IO[bytes],
 
     with tracked_run("slurm.import_sacct", cluster=cluster, target=cluster.name) as run:
         importer = JobImporter(cluster, exit_fixer=fixer, batch_size=settings.SLURM_IMPORT_BATCH)
-        result = importer.run(slurm_parse.iter_sacct_json(stream))
+        # a forked child decodes and parses the dump (pure work: the stream is its alone
+        # from here on) while this process writes the batches before it
+        records = forked(lambda: slurm_parse.iter_sacct_json(stream), chunk=PARSE_CHUNK)
+        with fewer_collections():  # records by the hundred thousand, freed by refcount
+            result = importer.run(records)
         run.stats = result.stats()
     logger.info("import_sacct %s: %s", cluster.name, result.stats())
     return result

@@ -13,6 +13,9 @@ import gc
 import multiprocessing as mp
 import os
 import pickle
+import queue
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -49,15 +52,17 @@ T = TypeVar("T")
 _DONE, _FAILED = "done", "failed"
 
 
-def forked(produce: Callable[[], Iterator[T]], chunk: int = 32) -> Iterator[T]:
+def forked(produce: Callable[[], Iterator[T]], chunk: int = 32, ahead: int = 8) -> Iterator[T]:
     """What ``produce()`` yields, computed in a forked child while the caller uses it.
 
-    For CPU-bound pure work (parsing and summarising telemetry) beside the caller's
-    database writes: the child must not touch the database or other shared handles, and
-    its items travel pickled, so they should be plain data. The pipe holds a few chunks:
-    a slow caller makes the child wait, so memory stays bounded. An exception in the
-    child is raised here, after the items before it. Without ``fork`` (or with
-    ``BEACON_NO_FORK`` set), ``produce()`` runs in this process.
+    For CPU-bound pure work (parsing and summarising telemetry, decoding a sacct dump)
+    beside the caller's database writes: the child must not touch the database or other
+    shared handles, and its items travel pickled, so they should be plain data. A thread
+    here keeps up to ``ahead`` chunks of ``chunk`` items read from the pipe, so the child
+    goes on working while the caller writes a batch (a pipe alone holds 64 kB: the child
+    would wait); a slow caller makes the child wait, so memory stays bounded. An
+    exception in the child is raised here, after the items before it. Without ``fork``
+    (or with ``BEACON_NO_FORK`` set), ``produce()`` runs in this process.
     """
     if not _can_fork():
         yield from produce()
@@ -68,26 +73,66 @@ def forked(produce: Callable[[], Iterator[T]], chunk: int = 32) -> Iterator[T]:
     # ends it whatever happens here
     child = context.Process(target=_produce_into, args=(produce, send, chunk, receive),
                             daemon=False)
-    child.start()
+    _start_keeping_stdin(child)
     send.close()
+    received: queue.Queue[bytes | None] = queue.Queue(maxsize=max(ahead, 1))
+    stop = threading.Event()
+    pump = threading.Thread(target=_pump, args=(receive, received, stop), daemon=True)
+    pump.start()
+    finished = False
     try:
         while True:
-            try:
-                kind, payload = receive.recv()
-            except EOFError:
-                raise RuntimeError(f"the worker process ended early (exit {child.exitcode})") \
-                    from None
+            data = received.get()
+            if data is None:
+                raise RuntimeError(f"the worker process ended early (exit {child.exitcode})")
+            kind, payload = pickle.loads(data)  # noqa: S301 - our own child wrote it
             if kind == _DONE:
+                finished = True
                 return
             if kind == _FAILED:
                 raise payload
             yield from payload
     finally:
+        stop.set()
+        if not finished:
+            child.join(timeout=0.05)
+        if child.is_alive() and not finished:  # the caller stopped early: end the child
+            child.terminate()
+        pump.join()
         receive.close()
         child.join(timeout=5)
-        if child.is_alive():  # the caller stopped early: the child waits on a full pipe
+        if child.is_alive():
             child.terminate()
             child.join()
+
+
+def _start_keeping_stdin(child: Any) -> None:
+    """Start ``child`` with standard input left open in it: multiprocessing closes the
+    child's ``sys.stdin`` (unless it is None), and the stream a child reads may be that
+    one (``manage.py import_sacct -``)."""
+    saved, sys.stdin = sys.stdin, None  # type: ignore[assignment]
+    try:
+        child.start()
+    finally:
+        sys.stdin = saved
+
+
+def _pump(receive: Any, received: queue.Queue[bytes | None], stop: threading.Event) -> None:
+    """Move the child's messages from the pipe to ``received`` until the pipe ends (None
+    marks the end) or the caller stops."""
+    while not stop.is_set():
+        try:
+            data: bytes | None = receive.recv_bytes()
+        except (EOFError, OSError):
+            data = None
+        while not stop.is_set():
+            try:
+                received.put(data, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        if data is None:
+            return
 
 
 def _produce_into(produce: Callable[[], Iterator[Any]], send: Any, chunk: int,

@@ -101,3 +101,14 @@ def test_a_caller_that_stops_mapping_early_leaves_no_child_behind():
     next(stream)
     stream.close()
     assert not multiprocessing.active_children()
+
+
+def test_a_forked_child_may_read_the_callers_standard_input(monkeypatch):
+    """multiprocessing closes a child's sys.stdin: `manage.py import_sacct -` parses it there."""
+    import io
+    import sys
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"one\ntwo\n")))
+    stream = sys.stdin.buffer
+    assert [line.strip() for line in forked(lambda: iter(stream))] == [b"one", b"two"]
+    assert sys.stdin is not None and not sys.stdin.closed
