@@ -115,7 +115,8 @@ def _copy_jobs(cluster_id: int, users: list[tuple[Any, Any]], n_jobs: int) -> No
     t0 = LO - timedelta(days=5)
     span = (HI - t0).total_seconds()
     cols = ("cluster_id, job_id, display_id, array_tasks_pending, name, user_name, user_id, "
-            "account, team_id, partition, qos, work_dir, comment, state, reason, exit_code, "
+            "account, team_id, partition, qos, work_dir, comment, state, reason, wait_reason, "
+            "exit_code, "
             "submit_time, start_time, end_time, time_limit_min, nodes, node_count, cpus, "
             "memory_mb, gpus, gpu_shards, gpu_equivalent, gpu_types, tres_alloc, labels, "
             "sync_hash, created_at, updated_at")
@@ -136,7 +137,7 @@ def _copy_jobs(cluster_id: int, users: list[tuple[Any, Any]], n_jobs: int) -> No
             copy.write_row((
                 cluster_id, 2_000_000 + i, str(2_000_000 + i), "", "job", user.username,
                 user.pk, team.slug, team.pk, partition, "normal", "", "",
-                "RUNNING" if running else "COMPLETED", "", 0, start - timedelta(minutes=5),
+                "RUNNING" if running else "COMPLETED", "", "", 0, start - timedelta(minutes=5),
                 start, None if running else end, 4320, "gpu01", max(1, gpus // 8), gpus * 8,
                 gpus * 64000, 0 if shards else gpus, 2 if shards else 0,
                 0.25 if shards else float(gpus), types, "", "{}", "", now, now))
