@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apps.core.batch import forked
 from apps.simulator import hostfiles, shares, slurm_json
 from apps.simulator.cluster import Cluster, build_cluster
 from apps.simulator.config import SimConfig
@@ -67,7 +66,11 @@ def plan(cfg: SimConfig) -> Plan:
     return Plan(cfg, cluster, jobs, outages, truth, t0, logs_from)
 
 
-def simulate(cfg: SimConfig, out_dir: Path | str, progress: Progress | None = None) -> Summary:
+Background = Callable[[Callable[[], Iterator[Path]]], Iterator[Path]]
+
+
+def simulate(cfg: SimConfig, out_dir: Path | str, progress: Progress | None = None,
+             background: Background | None = None) -> Summary:
     """Simulate ``cfg`` and write all outputs under ``out_dir`` (created if missing).
 
     1. cluster, workload (scheduled jobs, node outages) and planted truth: ``plan``;
@@ -76,7 +79,10 @@ def simulate(cfg: SimConfig, out_dir: Path | str, progress: Progress | None = No
     4. telemetry, one 6 h window at a time (``telemetry``: the long part);
     5. ``ground_truth.json`` last, so a complete folder always has one.
 
-    ``progress(stage, done, total)`` hears about each step of stages 2-4.
+    ``progress(stage, done, total)`` hears about each step of stages 2-4. ``background``,
+    when given, runs a generator elsewhere and hands over what it yields (``manage.py
+    simulate`` passes ``apps.core.batch.forked``): the telemetry is then written while
+    stages 2 and 3 run; without it, after them, in this process. The bytes are the same.
     """
     planned = plan(cfg)
     cfg = planned.cfg
@@ -85,9 +91,9 @@ def simulate(cfg: SimConfig, out_dir: Path | str, progress: Progress | None = No
         (out / sub).mkdir(parents=True, exist_ok=True)
     report = progress or (lambda stage, done, total: None)
     summary = Summary(out, jobs=len(planned.jobs))
-    # the telemetry (most of the time) is written by a forked child while this process
+    # the telemetry (most of the time) may be written in the background while this process
     # writes the rest: nothing those steps do changes what the telemetry reads
-    windows, telemetry = _telemetry(planned, out / "telemetry")
+    windows, telemetry = _telemetry(planned, out / "telemetry", background)
     report("slurm", 0, 2)
     _write_slurm(out / "slurm", planned, summary)
     report("slurm", 1, 2)
@@ -104,16 +110,24 @@ def simulate(cfg: SimConfig, out_dir: Path | str, progress: Progress | None = No
     return summary
 
 
-def _telemetry(planned: Plan, directory: Path) -> tuple[list[int], Iterator[Path]]:
-    """The telemetry windows, and their files as a forked child writes them (started now)."""
+def _telemetry(planned: Plan, directory: Path,
+               background: Background | None) -> tuple[list[int], Iterator[Path]]:
+    """The telemetry windows, and their files as they are written: by ``background``
+    (started now), or here as the caller consumes them."""
     cfg = planned.cfg
     if cfg.telemetry_days == 0:
         return [], iter(())
     writer = TelemetryWriter(planned.cluster, planned.jobs, planned.truth, planned.outages,
                              cfg.telemetry_step, planned.t0, cfg.now, cfg.seed)
     windows = writer.windows()
-    files = forked(lambda: (writer.write_window(directory, w0) for w0 in windows), chunk=1)
-    first = next(files, None)  # a generator starts its child on the first request
+
+    def write() -> Iterator[Path]:
+        return (writer.write_window(directory, w0) for w0 in windows)
+
+    if background is None:
+        return windows, write()
+    files = background(write)
+    first = next(files, None)  # a generator starts its worker on the first request
     return windows, itertools.chain([first] if first else [], files)
 
 

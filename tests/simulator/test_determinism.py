@@ -22,3 +22,19 @@ def test_it_writes_another_workload_for_another_seed(tmp_path, small_run):
     other = run(tmp_path / "other", seed=8)
     sacct = "slurm/sacct.json"
     assert (other / sacct).read_bytes() != (small_run / sacct).read_bytes()
+
+
+def test_telemetry_written_in_a_forked_child_is_the_same_bytes(tmp_path, small_run):
+    """`manage.py simulate` writes the telemetry in the background while the rest is written."""
+    from functools import partial
+
+    from apps.core.batch import forked
+    from apps.simulator import SimConfig, simulate
+    from tests.simulator.conftest import NOW
+
+    out = tmp_path / "forked"
+    summary = simulate(SimConfig(nodes=4, days=3.0, seed=7, now=NOW, telemetry_step=300,
+                                 telemetry_days=1.0), out, background=partial(forked, chunk=1))
+    assert summary.telemetry_files and all(p.parent == out / "telemetry"
+                                           for p in summary.telemetry_files)
+    assert _digest(out) == _digest(small_run)

@@ -10,11 +10,13 @@ import shutil
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from apps.core.batch import forked
 from apps.core.progress import Progress
 from apps.simulator import SimConfig, SimulationError, simulate
 from apps.simulator.config import round_now
@@ -89,7 +91,9 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         started = time.monotonic()
         try:
-            summary = simulate(cfg, opts["out"], progress=Progress(self.stdout))
+            # the telemetry is written by a forked child while the rest is (same bytes)
+            summary = simulate(cfg, opts["out"], progress=Progress(self.stdout),
+                               background=partial(forked, chunk=1))
         except SimulationError as exc:
             raise CommandError(str(exc)) from None
         except OSError as exc:
