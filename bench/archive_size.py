@@ -66,7 +66,7 @@ def _gpu_values(rng: random.Random, measure: str, unit: str, n: int) -> list[flo
 def _template(rng: random.Random, window: Any) -> Any:
     """One job's telemetry as the Prometheus source returns it (8 GPUs on one node)."""
     from apps.analysis.timeseries import GpuKey, Series
-    from apps.clusters.adapters.catalogue import JOB_MEASURES, NODE_QUERIES, Catalogue
+    from apps.clusters.adapters.catalogue import JOB_MEASURES, Catalogue
     from apps.clusters.adapters.telemetry import JobTelemetry, plan
 
     catalogue = Catalogue()
@@ -84,7 +84,7 @@ def _template(rng: random.Random, window: Any) -> Any:
                                                                          strict=True)))
     telemetry.nodes["gpu001"] = {
         name: Series(name, {}, tuple(zip(times, _wave(rng, p.n, 0, 1e10), strict=True)))
-        for name in NODE_QUERIES}
+        for name in catalogue.node_queries()}
     return telemetry
 
 

@@ -78,6 +78,9 @@ FACTS: dict[str, FactSpec] = {
     "ib_errors": FactSpec("InfiniBand link errors", "count", "network"),
     "ib_wait_per_s": FactSpec("InfiniBand transmit waits per second (worst node)", "count",
                               "network"),
+    "node_cpu_share": FactSpec("share of its nodes' CPUs the job held", "pct", "network"),
+    "cpu_busy": FactSpec("CPU busy (busiest node)", "pct", "network"),
+    "fs_read_gbs": FactSpec("network file-system reads per node", "gbs", "network"),
     # profiler traces
     "trace": FactSpec("profiler trace analysed", "bool", "phases"),
     "trace_data_share": FactSpec("data loading share of the step", "pct", "phases"),
@@ -174,13 +177,18 @@ def show(fact: str, value: Fact) -> str:
         return value
     unit = FACTS[fact].unit if fact in FACTS else "count"
     formats: dict[str, Callable[[float], str]] = {
-        "pct": lambda v: f"{v * 100:.0f}%", "gbs": lambda v: f"{v:.1f} GB/s",
+        "pct": lambda v: f"{v * 100:.0f}%", "gbs": _rate,
         "celsius": lambda v: f"{v:.0f} °C", "hours": lambda v: f"{v:.1f} h",
         "ms": lambda v: f"{v:.1f} ms", "mhz": lambda v: f"{v:.0f} MHz",
         "bool": lambda v: "yes" if v else "no",
         "count": lambda v: f"{v:.0f}" if float(v).is_integer() or abs(v) >= 10 else f"{v:.2g}",
     }
     return formats.get(unit, formats["count"])(float(value))
+
+
+def _rate(gbs: float) -> str:
+    # Below 0.1 GB/s one decimal of GB/s would print a real file-system rate as "0.0".
+    return f"{gbs:.1f} GB/s" if abs(gbs) >= 0.1 else f"{gbs * 1000:.0f} MB/s"
 
 
 def problems(rule: Rule) -> list[str]:

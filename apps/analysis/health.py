@@ -67,6 +67,8 @@ class NodeHealth:
     ib_rate_max_bps: float | None = None
     net_tx_bps: float | None = None
     net_rx_bps: float | None = None
+    fs_read_bps: float | None = None  # network file systems (NFS mounts), read by applications
+    fs_write_bps: float | None = None
 
     @property
     def ib_degraded(self) -> bool:
@@ -97,7 +99,8 @@ def gpu_health(series: Mapping[str, Series], window: Window) -> GpuHealth:
 
 
 def node_health(host: str, series: Mapping[str, Series], window: Window) -> NodeHealth:
-    """Summarise one node's CPU, memory, InfiniBand and Ethernet series (rates per second).
+    """Summarise one node's CPU, memory, InfiniBand, Ethernet and NFS series (rates per
+    second).
 
     ``cpu_busy`` is the mean share of CPU time not idle; ``mem_used_bytes`` the peak of
     memory in use (what matters for running out of it). ``ib_errors`` integrates the
@@ -116,6 +119,7 @@ def node_health(host: str, series: Mapping[str, Series], window: Window) -> Node
         ib_rate_min_bps=min(values["ib_rate_min"]) if values.get("ib_rate_min") else None,
         ib_rate_max_bps=max(values["ib_rate_max"]) if values.get("ib_rate_max") else None,
         net_tx_bps=_mean(values.get("net_tx")), net_rx_bps=_mean(values.get("net_rx")),
+        fs_read_bps=_mean(values.get("fs_read")), fs_write_bps=_mean(values.get("fs_write")),
     )
 
 

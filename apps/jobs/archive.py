@@ -680,7 +680,8 @@ def _node_row(h: NodeHealth, series: dict[str, Series], window: Window,
         ib_tx_bps=h.ib_tx_bps, ib_rx_bps=h.ib_rx_bps,
         ib_wait_per_s=h.ib_wait_per_s, ib_errors=h.ib_errors,
         ib_rate_min_bps=h.ib_rate_min_bps, ib_rate_max_bps=h.ib_rate_max_bps,
-        net_tx_bps=h.net_tx_bps, net_rx_bps=h.net_rx_bps, series=compact.encode(channels))
+        net_tx_bps=h.net_tx_bps, net_rx_bps=h.net_rx_bps, fs_read_bps=h.fs_read_bps,
+        fs_write_bps=h.fs_write_bps, series=compact.encode(channels))
 
 
 # stored channel -> (measure, how samples combine in a bucket)
@@ -693,7 +694,8 @@ GPU_CHANNELS: dict[str, tuple[str, str]] = {
     "xid": ("xid", "max"), "nvlink": ("nvlink_tx", "mean"), "pcie_rx": ("pcie_rx", "mean"),
     "pcie_tx": ("pcie_tx", "mean"),
 }
-NODE_CHANNELS = ("cpu_busy", "mem_used", "ib_tx", "ib_rx", "ib_wait", "net_tx", "net_rx")
+NODE_CHANNELS = ("cpu_busy", "mem_used", "ib_tx", "ib_rx", "ib_wait", "net_tx", "net_rx",
+                 "fs_read", "fs_write")
 
 
 def _channels(series: dict[str, Series], measure: str, window: Window,

@@ -21,6 +21,7 @@ from django.db.models import Q
 from apps.accounts.models import Contact
 from apps.analysis.diagnosis import Fact, Finding, evaluate
 from apps.analysis.health import HARDWARE_XIDS
+from apps.clusters.models import Node
 from apps.jobs.models import (
     DiagnosisRule,
     Job,
@@ -141,6 +142,7 @@ class _Stored:
     nodes: dict[int, list[JobNodeMetrics]]
     traces: dict[int, TraceRun]
     stragglers: list[tuple[int, str, str, int, int, Any]]  # job, uuid, host, gpu, cluster, start
+    node_cpus: dict[tuple[int, str], int]  # (cluster, host) -> the node's CPUs
 
     @classmethod
     def of(cls, jobs: Sequence[Job]) -> _Stored:
@@ -155,7 +157,11 @@ class _Stored:
         traces: dict[int, TraceRun] = {}
         for t in TraceRun.objects.filter(job_id__in=pks).prefetch_related("ranks"):
             traces.setdefault(t.job_id, t)  # Meta order: the latest first
-        return cls(metrics, summaries, nodes, traces, _stragglers(jobs, summaries))
+        hosts = {n.host for rows in nodes.values() for n in rows}
+        node_cpus = {(c, name): cpus for c, name, cpus in Node.objects.filter(
+            cluster_id__in={j.cluster_id for j in jobs}, name__in=hosts).values_list(
+            "cluster_id", "name", "cpus")} if hosts else {}
+        return cls(metrics, summaries, nodes, traces, _stragglers(jobs, summaries), node_cpus)
 
     def facts(self, job: Job, later: set[int] | frozenset[int] = frozenset()
               ) -> dict[str, Fact]:
@@ -172,7 +178,10 @@ class _Stored:
             facts.update(health_facts(summaries))
             facts.update(_slow_elsewhere(job, summaries, [
                 row for row in self.stragglers if row[0] not in later]))
-            facts.update(network_facts(self.nodes.get(job.pk, [])))
+            nodes = self.nodes.get(job.pk, [])
+            facts.update(network_facts(nodes))
+            facts.update(host_facts(nodes, job.cpus, [
+                self.node_cpus.get((job.cluster_id, n.host), 0) for n in nodes]))
         trace = self.traces.get(job.pk)
         if trace is not None:
             facts.update(trace_facts(trace))
@@ -304,7 +313,7 @@ def _slow_elsewhere(job: Job, summaries: Sequence[JobMetricSummary],
 
 
 def network_facts(nodes: Sequence[JobNodeMetrics]) -> dict[str, Fact]:
-    """Node-shared InfiniBand facts over the job's nodes."""
+    """Node-shared InfiniBand, CPU and file-system facts over the job's nodes."""
     if not nodes:
         return {}
     degraded = [n.host for n in nodes if n.ib_degraded]
@@ -319,6 +328,27 @@ def network_facts(nodes: Sequence[JobNodeMetrics]) -> dict[str, Fact]:
     waits = [n.ib_wait_per_s for n in nodes if n.ib_wait_per_s is not None]
     if waits:
         facts["ib_wait_per_s"] = max(waits)
+    return facts
+
+
+def host_facts(nodes: Sequence[JobNodeMetrics], job_cpus: int,
+               node_cpus: Sequence[int]) -> dict[str, Fact]:
+    """What the job's nodes did while it ran: CPU and network file-system reads.
+
+    Node-shared like InfiniBand: other jobs on a node add to its numbers, so
+    ``node_cpu_share`` says how much of the nodes' CPUs the job held (1: whole nodes, where
+    the nodes' numbers are the job's). File-system reads are the mean per node, since a
+    data-parallel job reads its shards evenly.
+    """
+    facts: dict[str, Fact] = {}
+    if nodes and job_cpus > 0 and all(node_cpus):
+        facts["node_cpu_share"] = min(1.0, job_cpus / sum(node_cpus))
+    busy = [n.cpu_busy for n in nodes if n.cpu_busy is not None]
+    if busy:
+        facts["cpu_busy"] = max(busy)
+    reads = [n.fs_read_bps for n in nodes if n.fs_read_bps is not None]
+    if reads:
+        facts["fs_read_gbs"] = sum(reads) / len(reads) / 1e9
     return facts
 
 

@@ -10,19 +10,44 @@ from __future__ import annotations
 
 from typing import Any
 
+# GPUs busy but not computing, no GPU late, host-to-GPU copies flowing: waiting for input.
+INPUT_STALL = [("sm_measured", ">=", 1), ("busy", ">=", 0.5), ("computing_share", "<=", 0.35),
+               ("straggler_found", "<=", 0), ("pcie_rx_gbs", ">=", 1.0)]
+
 DEFAULT_RULES: list[dict[str, Any]] = [
     # --- Data: the storage contact ------------------------------------------------------
     {"key": "input-stall", "area": "data", "severity": "warning", "order": 10,
      "title": "Input pipeline stall",
-     "conditions": [("sm_measured", ">=", 1), ("busy", ">=", 0.5),
-                    ("computing_share", "<=", 0.35), ("straggler_found", "<=", 0),
-                    ("pcie_rx_gbs", ">=", 1.0)],
+     "conditions": list(INPUT_STALL),
      "text": "GPUs were busy {busy} of the time but computing only {computing}, while "
              "host-to-GPU copies ran at {pcie_rx_gbs} per GPU: the GPUs wait for input "
              "batches, not for each other.",
      "hint": "Check the data loader (num_workers, pin_memory, prefetch_factor), the "
              "file system's read throughput for the dataset, and stage it to local NVMe "
              "if the shared file system is the bottleneck."},
+    # The input stall's two readings, where node telemetry says what the nodes did: the
+    # loader waits on storage (CPUs mostly idle) or on its own CPU work (cores pegged).
+    # Only on whole nodes: on a shared node the other jobs' CPU use hides the job's.
+    {"key": "input-stall-storage", "area": "data", "severity": "warning", "order": 13,
+     "title": "Input stall: the data loader waits on the file system",
+     "conditions": [*INPUT_STALL, ("node_cpu_share", ">=", 0.9), ("cpu_busy", "<=", 0.5),
+                    ("fs_read_gbs", ">=", 0)],
+     "text": "While the GPUs waited for input, the nodes' CPUs were only {cpu_busy} busy and "
+             "network file systems delivered {fs_read_gbs} per node: the loader waits on "
+             "storage, not on its own work.",
+     "hint": "Compare that rate with what the file system should give one client; check "
+             "the file system's load and the dataset's layout (many small files cost "
+             "metadata round trips: pack them into shards), or stage the dataset to local "
+             "NVMe."},
+    {"key": "input-stall-cpu", "area": "code", "severity": "warning", "order": 48,
+     "title": "Input stall: preprocessing on the CPU cannot keep up",
+     "conditions": [*INPUT_STALL, ("node_cpu_share", ">=", 0.9), ("cpu_busy", ">=", 0.8)],
+     "text": "While the GPUs waited for input, the nodes' CPUs were {cpu_busy} busy "
+             "(network file-system reads: {fs_read_gbs} per node): decoding and augmenting "
+             "batches on the CPU is the bottleneck, not the storage.",
+     "hint": "Raise the DataLoader's num_workers to the cores Slurm gave the job "
+             "(--cpus-per-task), decode on the GPU (NVIDIA DALI, torchvision.io's GPU "
+             "decoder), or store the dataset pre-decoded."},
     {"key": "data-loading-dominant", "area": "data", "severity": "warning", "order": 11,
      "title": "Data loading takes a large share of each step",
      "conditions": [("trace", ">=", 1), ("trace_data_share", ">=", 0.25)],

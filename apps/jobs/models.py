@@ -380,7 +380,7 @@ class JobMetricSummary(models.Model):
 
 
 class JobNodeMetrics(models.Model):
-    """One node of one job: CPU, memory, InfiniBand and Ethernet traffic, errors, link rates.
+    """One node of one job: CPU, memory, InfiniBand, Ethernet and file-system traffic, errors.
 
     Node-shared: every job on the node sees the same numbers (node_exporter has no job
     label), so pages mark these charts as such. Written only by ``apps/jobs/archive.py``.
@@ -403,6 +403,9 @@ class JobNodeMetrics(models.Model):
     ib_rate_max_bps = models.FloatField(null=True, blank=True)
     net_tx_bps = models.FloatField(null=True, blank=True)
     net_rx_bps = models.FloatField(null=True, blank=True)
+    fs_read_bps = models.FloatField(null=True, blank=True,
+                                    help_text="network file-system bytes read per second (NFS)")
+    fs_write_bps = models.FloatField(null=True, blank=True)
     series = models.BinaryField(blank=True, default=b"")
 
     class Meta:

@@ -179,6 +179,7 @@ NODE_LINES: dict[str, tuple[str, str, str, float]] = {
     "ib": ("ib_tx", "InfiniBand transmitted per node", "GB/s", 1e-9),
     "ibwait": ("ib_wait", "InfiniBand transmit waits per node", "ticks/s", 1.0),
     "net": ("net_tx", "Ethernet transmitted per node", "MB/s", 1e-6),
+    "fs": ("fs_read", "Network file-system reads per node", "MB/s", 1e-6),
 }
 
 

@@ -276,7 +276,7 @@ def _describe(cluster: Cluster, cfg: SimConfig) -> dict[str, Any]:
                         "max_time_min": p.max_time_min, "default": p.default}
                        for p in cluster.partitions],
         "nodes": [{"name": n.name, "gpu_type": n.gpu_type, "model": n.model.model_name,
-                   "gpus": list(n.gpu_uuids), "exporter_group": n.group.name,
+                   "cpus": n.cpus, "gpus": list(n.gpu_uuids), "exporter_group": n.group.name,
                    "hostname_label": n.group.hostname_label,
                    "profiling_fields": n.group.profiling, "job_mapping": n.group.job_mapping,
                    "partitions": list(n.partitions)} for n in cluster.nodes],

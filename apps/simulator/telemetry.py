@@ -73,6 +73,21 @@ NET_FAMILIES = (
     ("node_network_transmit_bytes", "counter", "Network device statistic transmit_bytes."),
 )
 CPU_FAMILY = ("node_cpu_seconds", "counter", "Seconds the CPUs spent in each mode.")
+# node_exporter's mountstats collector: one series per NFS mount (the shared dataset store)
+FS_FAMILIES = (
+    ("node_mountstats_nfs_read_bytes", "counter",
+     "Number of bytes read using the read() syscall."),
+    ("node_mountstats_nfs_write_bytes", "counter",
+     "Number of bytes written using the write() syscall."),
+)
+FS_MOUNT = 'export="nfs01:/datasets",mountaddr="10.10.0.5",protocol="tcp"'
+# profile -> dataset bytes read per second per GPU held (the CPU-bound loader decodes
+# compressed audio: it reads little and still starves the GPUs; the storage-bound one gets
+# less from an overloaded server, its CPUs idle)
+FS_READ = {"train": 120e6, "train1": 120e6, "finetune": 80e6, "inference": 20e6, "eval": 60e6,
+           "debug": 10e6, "notebook": 5e6, "input_stall": 35e6, "input_stall_io": 12e6,
+           "no_tensor": 100e6}
+FS_WRITE_SHARE = 0.05  # checkpoints and logs, against the reads
 MEMORY_FAMILIES = (
     ("node_memory_MemTotal_bytes", "gauge", "Memory information field MemTotal_bytes."),
     ("node_memory_MemAvailable_bytes", "gauge", "Memory information field MemAvailable_bytes."),
@@ -83,7 +98,8 @@ CPU_SAMPLE, CPU_MODES = 4, ("idle", "user")
 # profile -> share of the job's cores kept busy (the input-bound loader and the miner peg them)
 CPU_BUSY = {"train": 0.30, "train1": 0.30, "finetune": 0.35, "inference": 0.20, "eval": 0.40,
             "debug": 0.30,
-            "notebook": 0.10, "idle_notebook": 0.02, "input_stall": 0.99, "no_tensor": 0.30,
+            "notebook": 0.10, "idle_notebook": 0.02, "input_stall": 0.99, "input_stall_io": 0.12,
+            "no_tensor": 0.30,
             "miner": 0.99, "held_idle": 0.05}
 OS_CORES = 0.4  # the node's own daemons
 MEMORY_BASE_GIB, MEMORY_PER_GPU_GIB = 24.0, 40.0
@@ -100,6 +116,7 @@ PROFILES = {
     "notebook": (35, 0.18, 0.10, 0.22, 0.10, 0.12, 0.30, 0.30, 45),
     "idle_notebook": (1, 0.005, 0.003, 0.01, 0.0, 0.002, 0.22, 0.12, 36),
     "input_stall": (87, 0.19, 0.10, 0.22, 0.09, 0.10, 0.50, 0.35, 50),
+    "input_stall_io": (87, 0.19, 0.10, 0.22, 0.09, 0.10, 0.50, 0.35, 50),
     "no_tensor": (97, 0.70, 0.50, 0.80, 0.0, 0.60, 0.70, 0.62, 64),
     "miner": (100, 0.98, 0.88, 1.0, 0.0, 0.08, 0.04, 0.95, 80),
     "held_idle": (0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.006, 0.12, 34),
@@ -294,12 +311,14 @@ class TelemetryWriter:
 
     def _host_load(self, node: Node, segments: list[Segment], ts: np.ndarray,
                    rng: np.random.Generator) -> dict[str, np.ndarray]:
-        """The node's CPU busy share and memory in use (bytes) at each step, from its jobs.
+        """The node's CPU busy share, memory in use and NFS reads/writes (bytes, bytes/s)
+        at each step, from its jobs.
 
-        Each GPU a job holds brings its share of the job's cores, busy by the job's profile.
+        Each GPU a job holds brings its share of the job's cores, busy by the job's profile,
+        and its dataset reads.
         """
         busy = np.full(ts.size, OS_CORES)
-        held = np.zeros(ts.size)
+        held, reads = np.zeros(ts.size), np.zeros(ts.size)
         for seg in segments:
             if seg.job is None:
                 continue
@@ -309,8 +328,10 @@ class TelemetryWriter:
                 name = "held_idle"
             busy[seg.lo:seg.hi] += seg.job.cpus / max(1, seg.job.gpus) * CPU_BUSY.get(name, 0.3)
             held[seg.lo:seg.hi] += 1
+            reads[seg.lo:seg.hi] += FS_READ.get(name, 0.0)
         share = np.clip(busy * rng.normal(1, 0.01, ts.size) / node.cpus, 0.0, 1.0)
-        return {"cpu_busy": share,
+        reads = (reads + 1e5) * rng.normal(1, 0.05, ts.size).clip(0.5)  # + the OS's own reads
+        return {"cpu_busy": share, "fs_read": reads, "fs_write": reads * FS_WRITE_SHARE,
                 "mem_used": (MEMORY_BASE_GIB + MEMORY_PER_GPU_GIB * held) * 2**30}
 
     # --- writing ------------------------------------------------------------------------
@@ -349,6 +370,12 @@ class TelemetryWriter:
                 series = self._counter(nw.node.index, family, "eth0", rate * dt)
                 self._write_series(out, family, kind, nw.node, stamps, nw.up, series,
                                    'device="eth0"')
+        for family, kind, help_text in FS_FAMILIES:
+            out.write(f"# HELP {family} {help_text}\n# TYPE {family} {kind}\n")
+            for nw in nodes:
+                rate = nw.ib["fs_write" if "write" in family else "fs_read"]
+                series = self._counter(nw.node.index, family, "nfs", rate * dt)
+                self._write_series(out, family, kind, nw.node, stamps, nw.up, series, FS_MOUNT)
 
     def _write_host_load(self, out: IO[str], nodes: list[NodeWindow], stamps: list[str],
                          dt: float) -> None:

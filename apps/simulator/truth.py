@@ -227,11 +227,17 @@ class _Planter:
             self._finding("allreduce_wait", job, node=None,
                           waiting_gpus=job.gpus - 1, straggler_node=self.cluster.nodes[node].name,
                           straggler_gpu=gpu)
-        for job in self._pick_share(seen, TEAM_PATHOLOGY_SHARE, lambda j: j.account ==
-                                    INPUT_STALLS and j.kind in ("train", "train1", "finetune")
-                                    and profiled(j)):
-            self._effect(job, profile="input_stall")
-            self._finding("input_pipeline_stall", job, gpu_util=87, sm_active=0.19)
+        stalls = self._pick_share(seen, TEAM_PATHOLOGY_SHARE, lambda j: j.account ==
+                                  INPUT_STALLS and j.kind in ("train", "train1", "finetune")
+                                  and profiled(j))
+        for i, job in enumerate(stalls):
+            # Most stalls decode audio on pegged CPUs; every third (from the second) reads
+            # the raw corpus from an overloaded NFS server, its CPUs idle (the job page's
+            # two readings of an input stall).
+            storage = i % 3 == 1
+            self._effect(job, profile="input_stall_io" if storage else "input_stall")
+            self._finding("input_pipeline_stall", job, gpu_util=87, sm_active=0.19,
+                          bottleneck="storage" if storage else "cpu")
         for job in self._pick(seen, 2, lambda j: j.gpus >= 4 and j.kind != "notebook"):
             idle = [(n, g) for n, gpus in job.alloc for g in gpus[len(gpus) // 2:]]
             self._effect(job, idle_gpus=idle)

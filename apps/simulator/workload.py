@@ -12,8 +12,9 @@ something true to find:
 - ``vision`` has a ``GrpTRES gres/gpu`` limit (``gpu_limit``) and waits with
   ``AssocGrpGRES`` whenever its running jobs hold it: waits on its own limits;
 - ``multimodal`` keeps notebooks open for days, mostly idle (planted ``idle_notebook``);
-- ``speech`` decodes audio on too few CPU workers: its training and fine-tuning stall on
-  input (planted ``input_pipeline_stall``).
+- ``speech`` decodes audio on too few CPU workers, and some runs read the raw corpus from an
+  overloaded NFS server: its training and fine-tuning stall on input (planted
+  ``input_pipeline_stall``, with its ``bottleneck``: ``cpu`` or ``storage``).
 
 Every team also has dependency chains (an evaluation submitted with
 ``--dependency=afterok`` on its training run), evaluation arrays throttled to a few tasks at a

@@ -65,7 +65,8 @@ def test_findings_carry_their_evidence_with_page_anchors():
 
 
 @pytest.mark.parametrize(("fact", "value", "shown"), [
-    ("busy", 0.874, "87%"), ("pcie_rx_gbs", 2.46, "2.5 GB/s"), ("temp_max", 89.4, "89 °C"),
+    ("busy", 0.874, "87%"), ("pcie_rx_gbs", 2.46, "2.5 GB/s"), ("fs_read_gbs", 0.0904, "90 MB/s"),
+    ("fs_read_gbs", 0.0, "0 MB/s"), ("temp_max", 89.4, "89 °C"),
     ("straggler_found", 1.0, "yes"), ("xid_gpus", 2.0, "2"), ("ib_errors", 26.04, "26"),
     ("ib_errors", 0.25, "0.25"),
     ("run_hours", 30.25, "30.2 h"), ("trace_excess_ms", 94.33, "94.3 ms"),

@@ -53,10 +53,33 @@ def test_a_cluster_overrides_a_metric_name_and_keeps_its_unit():
     ({"metrics": {"sm_active": "bad name"}}, "not a valid metric"),
     ({"scrape_interval": 0}, "positive"),
     ({"scrape_interval": "fast"}, "expected seconds"),
+    ({"file_system": ["x"]}, "expected"),
+    ({"file_system": {"reads": "x"}}, "unknown key 'reads'"),
+    ({"file_system": {"read": []}}, "needs a counter name"),
+    ({"file_system": {"read": 'x"}[1m]) or up{a="'}}, "not a valid metric"),
 ])
 def test_bad_config_names_the_key(config, words):
     with pytest.raises(CatalogueError, match=words):
         Catalogue.from_config(config)
+
+
+def test_file_system_reads_default_to_nfs_mountstats_and_a_site_names_its_own():
+    """One query sums every named counter per node; the raw-sample path reads the same."""
+    default = Catalogue.from_config({})
+    query, unit = default.node_queries()["fs_read"]
+    assert unit == "B/s" and query.format(node="instance", sel='instance=~"gpu01:.*"',
+                                          w="2m") == (
+        'sum by (instance) (rate({__name__=~"node_mountstats_nfs_read_bytes_total",'
+        'instance=~"gpu01:.*"}[2m]))')
+    lustre = Catalogue.from_config({"file_system": {
+        "read": ["lustre_client_read_bytes_total", "gpfs_fs_bytes_read_total"]}})
+    assert lustre.node_queries()["fs_read"][0].startswith(
+        'sum by ({node}) (rate({{__name__=~"lustre_client_read_bytes_total|'
+        'gpfs_fs_bytes_read_total",{sel}}}')
+    assert lustre.node_families["gpfs_fs_bytes_read_total"] == "fs_read"
+    assert lustre.node_families["node_mountstats_nfs_write_bytes_total"] == "fs_write"
+    assert "node_mountstats_nfs_read_bytes_total" not in lustre.node_families
+    assert set(default.node_queries()) == set(default.node_samples)  # both paths, same measures
 
 
 def test_it_reads_the_host_from_either_spelling_or_the_scrape_target():

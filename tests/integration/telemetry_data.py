@@ -156,7 +156,12 @@ def _node_families() -> Iterator[str]:
                 ("node_infiniband_port_data_received_bytes", "InfiniBand bytes received.",
                  [({"device": "mlx5_0", "port": "1"}, 1e8)]),
                 ("node_network_receive_bytes", "Network bytes received.",
-                 [({"device": "eth0"}, 1e6), ({"device": "lo"}, 5e8)])]
+                 [({"device": "eth0"}, 1e6), ({"device": "lo"}, 5e8)]),
+                # two NFS mounts: the file-system reads are their sum
+                ("node_mountstats_nfs_read_bytes", "Number of bytes read using the read() syscall.",
+                 [({"export": "nfs01:/datasets", "mountaddr": "10.0.0.5", "protocol": "tcp"},
+                   3e7),
+                  ({"export": "nfs02:/home", "mountaddr": "10.0.0.6", "protocol": "tcp"}, 2e7)])]
     for family, help_text, variants in counters:
         yield f"# HELP {family} {help_text}\n# TYPE {family} counter\n"
         for host in NODES:
@@ -187,7 +192,7 @@ def mem_used(host: str, t: float) -> float:
 def expected_node(job: JobSpec, host: str) -> dict[str, float]:
     """Independent node answers over ``job``'s window (node-shared: every job there)."""
     inside = [t for t in times() if job.start < t <= job.end]
-    return {"cpu_busy": 0.75, "net_rx": 1e6, "ib_rx": 1e8,
+    return {"cpu_busy": 0.75, "net_rx": 1e6, "ib_rx": 1e8, "fs_read": 5e7,
             "mem_used_peak": max(mem_used(host, t) for t in inside)}
 
 

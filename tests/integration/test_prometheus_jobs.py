@@ -186,7 +186,7 @@ def test_node_series_cover_the_jobs_hosts(client):
     for host in data.NODES:
         want = data.expected_node(job, host)
         node = telemetry.nodes[host]
-        for measure in ("cpu_busy", "net_rx", "ib_rx"):  # net_rx: the loopback left out
+        for measure in ("cpu_busy", "net_rx", "ib_rx", "fs_read"):  # net_rx: without loopback
             points = node[measure].points
             assert points and all(v == pytest.approx(want[measure], rel=1e-6)
                                   for _, v in points), (host, measure)
@@ -210,6 +210,7 @@ def test_node_series_from_prometheus_and_from_a_file_agree(client):
         assert h.mem_used_bytes == want["mem_used_peak"]
         assert h.net_rx_bps == pytest.approx(want["net_rx"], rel=1e-6)
         assert h.ib_rx_bps == pytest.approx(want["ib_rx"], rel=1e-6)
+        assert h.fs_read_bps == pytest.approx(want["fs_read"], rel=1e-6)
 
 
 def test_an_unknown_job_has_no_series_and_says_so(client):

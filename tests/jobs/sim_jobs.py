@@ -43,7 +43,7 @@ def load_cluster(out: Path, name: str = "demo") -> Cluster:
                                      metric_labels={"scrape_interval": step})
     for node in desc["nodes"]:
         Node.objects.create(cluster=cluster, name=node["name"], gpu_type=node["gpu_type"],
-                            gpu_count=len(node["gpus"]))
+                            gpu_count=len(node["gpus"]), cpus=node.get("cpus", 0))
     for team in desc["teams"]:
         row = Team.objects.create(slug=team["account"], name=team["description"])
         SlurmAccount.objects.create(cluster=cluster, name=team["account"], team=row)
@@ -68,6 +68,7 @@ def _job(cluster: Cluster, raw: dict[str, Any], teams: dict[str, Team],
     array = raw["array"]
     gpus = sum(t["count"] for t in raw["tres"]["allocated"]
                if t["type"] == "gres" and t["name"] == "gpu")
+    cpus = sum(t["count"] for t in raw["tres"]["allocated"] if t["type"] == "cpu")
     user = raw["association"]["user"]
     times = raw["time"]
     display = f"{array['job_id']}_{array['task_id']}" if array["job_id"] else str(raw["job_id"])
@@ -79,7 +80,7 @@ def _job(cluster: Cluster, raw: dict[str, Any], teams: dict[str, Team],
         state=raw["state"]["current"], submit_time=_dt(times["submission"]),
         start_time=_dt(times["start"]), end_time=_dt(times["end"]),
         time_limit_min=times["limit"], nodes=raw["nodes"],
-        node_count=raw["allocation_nodes"], gpus=gpus, gpu_equivalent=float(gpus),
+        node_count=raw["allocation_nodes"], gpus=gpus, gpu_equivalent=float(gpus), cpus=cpus,
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from apps.accounts.models import Contact
 from apps.analysis.timeseries import GpuKey
-from apps.clusters.models import Cluster
+from apps.clusters.models import Cluster, Node
 from apps.jobs import archive
 from apps.jobs.diagnosis import diagnose_job, job_facts
 from apps.jobs.diagnosis_defaults import DEFAULT_RULES
@@ -26,11 +26,12 @@ STALL = {**HEALTHY, "gpu_util": 0.87, "sm_active": 0.19, "tensor_active": 0.09,
          "pcie_rx": 2.5e9}
 
 
-def archived(job, per_gpu=None, n=8, **values):
+def archived(job, per_gpu=None, n=8, node=None, **values):
     gpus = {GpuKey("gpu01", i): {**HEALTHY, **values} for i in range(n)}
     for index, extra in (per_gpu or {}).items():
         gpus[GpuKey("gpu01", index)].update(extra)
-    archive.archive_job(job, FakeSource(gpus), force=True)
+    nodes = {"gpu01": node} if node else {}
+    archive.archive_job(job, FakeSource(gpus, nodes=nodes), force=True)
     return list(job.findings.order_by("key"))
 
 
@@ -75,6 +76,39 @@ def test_an_allocation_held_idle_for_hours_is_flagged(world):
     found = archived(job, gpu_util=0.01, sm_active=0.005, tensor_active=0.0)
     assert keys(found) == ["idle-allocation"]
     assert found[0].text.startswith("The GPUs were busy 1% of the time over 6.")
+
+
+# What the node did during an input stall: CPUs pegged by preprocessing, or idle while the
+# network file system delivers little. The job holds 16 CPUs; the node's count varies.
+PEGGED = {"cpu_busy": 0.97, "fs_read": 2.8e8}
+STARVED = {"cpu_busy": 0.12, "fs_read": 9e7}
+
+
+@pytest.mark.parametrize(("node_cpus", "node", "expected"), [
+    (16, PEGGED, ["input-stall", "input-stall-cpu"]),
+    (16, STARVED, ["input-stall", "input-stall-storage"]),
+    (16, {"cpu_busy": 0.6, "fs_read": 2e8}, ["input-stall"]),  # neither reading is clear
+    (16, {"cpu_busy": 0.12}, ["input-stall"]),  # no file-system series: no storage reading
+    (64, PEGGED, ["input-stall"]),  # a quarter of a shared node: its CPU is not the job's
+    (64, STARVED, ["input-stall"]),
+    (0, PEGGED, ["input-stall"]),  # the node's CPUs unknown
+])
+def test_an_input_stall_is_read_from_the_nodes_cpu_and_file_system(world, node_cpus, node,
+                                                                    expected):
+    Node.objects.filter(name="gpu01").update(cpus=node_cpus)
+    assert keys(archived(world.jobs["bob"], node=node, **STALL)) == expected
+
+
+def test_the_node_readings_cite_the_file_system_rate(world):
+    Node.objects.filter(name="gpu01").update(cpus=16)
+    found = {f.key: f for f in archived(world.jobs["bob"], node=STARVED, **STALL)}
+    storage = found["input-stall-storage"]
+    assert storage.area == "data" and "delivered 90 MB/s per node" in storage.text
+    facts = {e["fact"]: e for e in storage.evidence}
+    assert facts["cpu_busy"]["shown"] == "12%" and facts["fs_read_gbs"]["anchor"] == "network"
+    assert facts["node_cpu_share"]["shown"] == "100%"
+    cpu = {f.key: f for f in archived(world.jobs["bob"], node=PEGGED, **STALL)}
+    assert cpu["input-stall-cpu"].area == "code" and cpu["input-stall-cpu"].route == "researcher"
 
 
 def test_findings_cite_their_evidence_and_route_to_the_area_contact(world):

@@ -125,7 +125,7 @@ def test_job_series_reads_gpus_and_node_rates_in_one_pass():
 
 def test_node_cpu_memory_and_network_read_as_the_prometheus_queries_do():
     """cpu_busy = 1 - mean idle rate over CPUs (other modes ignored); mem_used = MemTotal -
-    MemAvailable; the loopback device is not network traffic."""
+    MemAvailable; the loopback device is not network traffic; NFS reads sum over mounts."""
     from apps.jobs.adapters.openmetrics import job_series
 
     host = 'instance="gpu01:9100"'
@@ -138,13 +138,31 @@ def test_node_cpu_memory_and_network_read_as_the_prometheus_queries_do():
                   f'node_memory_MemTotal_bytes{{{host}}} {2**40} {t}',
                   f'node_memory_MemAvailable_bytes{{{host}}} {2**40 - (k + 1) * 2**30} {t}',
                   f'node_network_receive_bytes_total{{device="eth0",{host}}} {1e6 * 30 * k} {t}',
-                  f'node_network_receive_bytes_total{{device="lo",{host}}} {9e9 * 30 * k} {t}']
+                  f'node_network_receive_bytes_total{{device="lo",{host}}} {9e9 * 30 * k} {t}',
+                  f'node_mountstats_nfs_read_bytes_total{{export="nfs01:/data",{host}}} '
+                  f'{3e7 * 30 * k} {t}',
+                  f'node_mountstats_nfs_read_bytes_total{{export="nfs02:/home",{host}}} '
+                  f'{2e7 * 30 * k} {t}']
     read = job_series(io.StringIO("\n".join(lines) + "\n# EOF\n"), Catalogue(),
                       Window(900, 2000), job_id="7")
     node = read.nodes["gpu01"]
     assert [v for _, v in node["cpu_busy"].points] == pytest.approx([0.6, 0.6])  # 1 - 0.4
     assert [v for _, v in node["mem_used"].points] == [2**30, 2 * 2**30, 3 * 2**30]
     assert [v for _, v in node["net_rx"].points] == pytest.approx([1e6, 1e6])
+    assert [v for _, v in node["fs_read"].points] == pytest.approx([5e7, 5e7])  # both mounts
+
+
+def test_a_sites_own_file_system_counter_is_read_from_files_too():
+    from apps.jobs.adapters.openmetrics import job_series
+
+    cat = Catalogue.from_config({"file_system": {"read": "lustre_client_read_bytes_total"}})
+    lines = [f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="gpu01",hpc_job="7"}} 90 {t}'
+             for t in (1000, 1030, 1060)]
+    lines += [f'lustre_client_read_bytes_total{{target="scratch",instance="gpu01:9100"}} '
+              f'{4e8 * (t - 1000)} {t}' for t in (1000, 1030, 1060)]
+    read = job_series(io.StringIO("\n".join(lines) + "\n# EOF\n"), cat, Window(900, 2000),
+                      job_id="7")
+    assert [v for _, v in read.nodes["gpu01"]["fs_read"].points] == pytest.approx([4e8, 4e8])
 
 
 def test_the_source_reads_only_the_files_of_the_job_window(tmp_path):

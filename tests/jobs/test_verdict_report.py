@@ -128,3 +128,21 @@ def test_a_16_node_week_finds_everything_without_false_alarms(tmp_path):
         assert kind.found == kind.measured, f"{kind.kind} missed {kind.missed}"
     assert sum(k.measured for k in result.kinds) == sum(k.total for k in result.kinds) >= 16
     assert result.healthy_measured >= 500 and result.false_alarms == {}
+    _input_stalls_are_read_right(json.loads((out / "ground_truth.json").read_text()), cluster)
+
+
+def _input_stalls_are_read_right(truth: dict, cluster: Cluster) -> None:
+    """Each stall on whole nodes gets the reading of its planted bottleneck (the nodes' CPU
+    and NFS reads); on shared nodes neither reading fires. Both occur in this week."""
+    readings = {"input-stall-cpu": "cpu", "input-stall-storage": "storage"}
+    seen = []
+    for f in truth["findings"]:
+        if f["kind"] != "input_pipeline_stall":
+            continue
+        job = Job.objects.get(cluster=cluster, job_id=f["entity"]["job_id"])
+        found = [readings[k] for k in job.findings.values_list("key", flat=True)
+                 if k in readings]
+        whole = job.gpus % 8 == 0
+        assert found == ([f["details"]["bottleneck"]] if whole else []), job.job_id
+        seen += found
+    assert set(seen) == {"cpu", "storage"}

@@ -67,6 +67,14 @@ def test_exposed_services_are_in_the_collector_output(full_run):
     assert planted and open_ones == planted
 
 
+def test_input_stalls_name_their_bottleneck(full_run):
+    """Most stalls decode on pegged CPUs; every third waits on the file system (the job
+    page's two readings; tests/jobs/test_verdict_report.py checks them end to end)."""
+    stalls = _findings(full_run, "input_pipeline_stall")
+    kinds = Counter(f["details"]["bottleneck"] for f in stalls)
+    assert set(kinds) == {"cpu", "storage"} and kinds["cpu"] >= kinds["storage"]
+
+
 def test_the_input_stall_shows_busy_gpus_with_idle_sms(full_run):
     stall = {str(f["entity"]["job_id"]) for f in _findings(full_run, "input_pipeline_stall")}
     util, sm = [], []

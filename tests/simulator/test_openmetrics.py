@@ -95,6 +95,36 @@ def test_promtool_backfills_every_window_and_reads_it_back(tmp_path):
     assert expected and got == expected
 
 
+def test_nfs_reads_are_per_mount_counters_that_follow_the_jobs_on_the_node(small_run):
+    """node_exporter's mountstats names and labels; the reads grow faster while a job holds
+    GPUs on the node (its dataset) than on an empty node; writes are a small share."""
+    from apps.simulator.telemetry import FS_WRITE_SHARE
+
+    families = read(_files(small_run)[2])
+    reads, writes = (families[f"node_mountstats_nfs_{op}_bytes"] for op in ("read", "write"))
+    assert reads.kind == writes.kind == "counter"
+    held: dict[tuple[str, int], int] = {}
+    for _, labels, _, ts in families["DCGM_FI_DEV_FB_USED"].samples:
+        if "hpc_job" in labels:
+            host = labels.get("Hostname") or labels.get("hostname")
+            held[(host, ts)] = held.get((host, ts), 0) + 1
+    by_host: dict[str, list[tuple[int, float]]] = {}
+    for name, labels, value, ts in reads.samples:
+        assert name == "node_mountstats_nfs_read_bytes_total"
+        assert {"export", "mountaddr", "protocol", "instance"} <= set(labels)
+        by_host.setdefault(labels["instance"].split(":")[0], []).append((ts, value))
+    busy, empty = [], []
+    for host, points in by_host.items():
+        for (t0, v0), (t1, v1) in pairwise(sorted(points)):
+            assert v1 >= v0  # a counter
+            if host != "gpu04":  # no job mapping there: held GPUs carry no label
+                (busy if held.get((host, t1)) else empty).append((v1 - v0) / (t1 - t0))
+    assert busy and empty and min(busy) > 10 * max(empty)
+    total = {op: sum(v for _, _, v, _ in fam.samples) for op, fam in
+             (("read", reads), ("write", writes))}
+    assert total["write"] == pytest.approx(FS_WRITE_SHARE * total["read"], rel=0.05)
+
+
 def test_node_exporter_cpu_and_memory_follow_the_jobs_on_the_node(small_run):
     """CPU seconds per core and mode add up to wall time; memory in use is 24 GiB plus
     40 GiB per GPU a job holds (counted from the dcgm series' hpc_job labels)."""

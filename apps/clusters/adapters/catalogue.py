@@ -5,7 +5,8 @@ metric names in ``Cluster.metric_labels``, e.g.::
 
     {"job": "jobid", "hostname": ["Hostname", "hostname"], "uuid": "uuid",
      "cluster": "cluster", "cluster_value": "alpha", "node": "instance",
-     "scrape_interval": 30, "metrics": {"gpu_util": "nvidia_gpu_duty_cycle"}}
+     "scrape_interval": 30, "metrics": {"gpu_util": "nvidia_gpu_duty_cycle"},
+     "file_system": {"read": ["lustre_client_read_bytes_total"]}}
 
 Activity falls back SM active -> GR engine active -> GPU util (duty cycle), and every
 result names the measure it used: dcgm-exporter's default counters have left SM_ACTIVE
@@ -102,6 +103,14 @@ NODE_QUERIES: dict[str, tuple[str, str]] = {
     "ib_rate_min": ("min by ({node}) (node_infiniband_rate_bytes_per_second{{{sel}}})", "B/s"),
     "ib_rate_max": ("max by ({node}) (node_infiniband_rate_bytes_per_second{{{sel}}})", "B/s"),
 }
+# Network file systems: byte counters summed over a node's mounts (``fs_read``, ``fs_write``
+# in B/s). node_exporter's mountstats collector by default (off unless started with
+# --collector.mountstats); a site with Lustre or GPFS clients names its own counters in
+# ``metric_labels`` (``"file_system": {"read": [...], "write": [...]}``).
+FS_COUNTERS: dict[str, tuple[str, ...]] = {
+    "fs_read": ("node_mountstats_nfs_read_bytes_total",),
+    "fs_write": ("node_mountstats_nfs_write_bytes_total",),
+}
 
 # The same node measures read from raw node_exporter samples (OpenMetrics files):
 # measure -> (families as written, how). ``rate``: a counter's per-second rate summed over
@@ -157,13 +166,14 @@ class Catalogue:
     cluster_value: str = ""
     scrape_interval: float = 30.0
     metrics: Mapping[str, MetricSpec] = field(default_factory=lambda: dict(GPU_METRICS))
+    file_system: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(FS_COUNTERS))
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None) -> Catalogue:
         """Build from ``Cluster.metric_labels``; unknown keys and bad names are errors."""
         config = dict(config or {})
         known = {"job", "hostname", "gpu", "uuid", "node", "cluster", "cluster_value",
-                 "scrape_interval", "metrics"}
+                 "scrape_interval", "metrics", "file_system"}
         unknown = sorted(set(config) - known)
         if unknown:
             raise CatalogueError(f"metric_labels: unknown key(s) {', '.join(unknown)}")
@@ -180,12 +190,33 @@ class Catalogue:
                 cluster_value=str(config.get("cluster_value", "")),
                 scrape_interval=_positive(config.get("scrape_interval", 30), "scrape_interval"),
                 metrics=_metrics(config.get("metrics", {})),
+                file_system=_file_system(config.get("file_system", {})),
             )
         except UnsafeValue as exc:
             raise CatalogueError(f"metric_labels: {exc}") from None
 
     def metric(self, measure: str) -> MetricSpec:
         return self.metrics[measure]
+
+    def node_queries(self) -> dict[str, tuple[str, str]]:
+        """NODE_QUERIES and this cluster's file-system counters (rates summed per node)."""
+        queries = dict(NODE_QUERIES)
+        for measure, names in self.file_system.items():
+            # names passed check_metric: no quote or brace can reach the regex
+            queries[measure] = ("sum by ({node}) (rate({{__name__=~\"" + "|".join(names) +
+                                "\",{sel}}}[{w}]))", "B/s")
+        return queries
+
+    @cached_property
+    def node_samples(self) -> dict[str, tuple[tuple[str, ...], str]]:
+        """NODE_SAMPLES and the file-system counters, for raw samples (OpenMetrics files)."""
+        return {**NODE_SAMPLES, **{m: (names, "rate") for m, names in self.file_system.items()}}
+
+    @cached_property
+    def node_families(self) -> dict[str, str]:
+        """node_exporter family (as written) -> the node measure it enters."""
+        return {family: measure for measure, (families, _) in self.node_samples.items()
+                for family in families}
 
     def measure_of(self, metric_name: str) -> str | None:
         """Which measure an exporter series name (or an older alias) stands for."""
@@ -275,6 +306,22 @@ def _positive(value: Any, key: str) -> float:
     if number <= 0:
         raise CatalogueError(f"metric_labels.{key}: must be positive")
     return number
+
+
+def _file_system(overrides: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(overrides, Mapping):
+        raise CatalogueError('metric_labels.file_system: expected {"read": [counter names], '
+                             '"write": [...]}')
+    counters = dict(FS_COUNTERS)
+    for direction, names in overrides.items():
+        if direction not in ("read", "write"):
+            raise CatalogueError(f"metric_labels.file_system: unknown key {direction!r} "
+                                 "(read, write)")
+        items = [names] if isinstance(names, str) else list(names or [])
+        if not items:
+            raise CatalogueError(f"metric_labels.file_system.{direction}: needs a counter name")
+        counters[f"fs_{direction}"] = tuple(check_metric(str(name)) for name in items)
+    return counters
 
 
 def _metrics(overrides: Any) -> dict[str, MetricSpec]:

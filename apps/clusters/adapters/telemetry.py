@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from apps.analysis.timeseries import GpuKey, Series, Window
 from apps.clusters.adapters.catalogue import (
     JOB_MEASURES,
-    NODE_QUERIES,
     Catalogue,
     MetricSpec,
     group_by_gpu,
@@ -135,7 +134,8 @@ def fetch_by_host(client: PrometheusClient, catalogue: Catalogue,
 
 def fetch_nodes(client: PrometheusClient, catalogue: Catalogue, hosts: Iterable[str],
                 telemetry: JobTelemetry) -> None:
-    """Add node_exporter CPU, memory, network and InfiniBand series for the job's hosts."""
+    """Add node_exporter CPU, memory, network, InfiniBand and file-system series for the
+    job's hosts."""
     hosts = sorted(set(hosts))
     if not hosts:
         return
@@ -143,7 +143,7 @@ def fetch_nodes(client: PrometheusClient, catalogue: Catalogue, hosts: Iterable[
     sel = ",".join(m.render() for m in (Matcher.host(catalogue.node_label, hosts),
                                         *_cluster(catalogue)))
     rate_window = duration(max(p.step, 4 * catalogue.scrape_interval))
-    for name, (template, _unit) in NODE_QUERIES.items():
+    for name, (template, _unit) in catalogue.node_queries().items():
         expr = template.format(node=catalogue.node_label, sel=sel, w=rate_window)
         result = client.query_range(expr, p.first, p.window.end, p.step)
         telemetry.warnings.extend(result.warnings)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -27,7 +27,6 @@ from apps.analysis.timeseries import (
 )
 from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.catalogue import (
-    NODE_SAMPLES,
     Catalogue,
     group_by_gpu,
     node_sample_wanted,
@@ -279,10 +278,6 @@ class JobSeries:
     binding: str = "label"
 
 
-_NODE_FAMILIES = {family: measure for measure, (families, _) in NODE_SAMPLES.items()
-                  for family in families}
-
-
 def job_series(lines: Iterable[str], catalogue: Catalogue, window: Window, *,
                job_id: str = "", held: Iterable[GpuKey] = ()) -> JobSeries:
     """One pass over a telemetry file: the job's GPU series (bound as ``job_gpu_series``
@@ -319,13 +314,14 @@ def jobs_series(lines: Iterable[str], catalogue: Catalogue,
     the node series of the hosts its GPUs are on. Memory grows with the kept samples.
     """
     labelled = {r.job_id: r for r in requests if r.by_label}
+    node_families = catalogue.node_families
     held: dict[GpuKey, list[tuple[JobRequest, float, float]]] = {}
     for r in requests:
         for key, start, end in r.held:
             held.setdefault(key, []).append((r, start, end))
 
     def keep(name: str, labels: dict[str, str]) -> bool:
-        if name in _NODE_FAMILIES:
+        if name in node_families:
             return node_sample_wanted(name, labels)
         if catalogue.measure_of(name) is None:
             return False
@@ -336,7 +332,7 @@ def jobs_series(lines: Iterable[str], catalogue: Catalogue,
     found_by_label: set[str] = set()
     node_raw: dict[tuple[str, str], list[tuple[str, tuple[Point, ...]]]] = {}
     for series in read_series(lines, keep):
-        if series.metric in _NODE_FAMILIES:
+        if series.metric in node_families:
             host = series.labels.get(catalogue.node_label, "").split(":", 1)[0]
             node_raw.setdefault((host, series.metric), []).append((series.metric, series.points))
         else:
@@ -373,16 +369,18 @@ def _job_result(request: JobRequest, pairs: list[tuple[str, Series]],
     padded = Window(request.window.start - 2 * catalogue.scrape_interval, request.window.end)
     mine = {(host, family): [(m, tuple(clip(points, padded))) for m, points in parts]
             for (host, family), parts in node_raw.items() if host in hosts}
-    return JobSeries(gpus, _node_measures(mine, request.window), binding)
+    return JobSeries(gpus, _node_measures(mine, request.window, catalogue.node_samples), binding)
 
 
 def _node_measures(raw: dict[tuple[str, str], list[tuple[str, tuple[Point, ...]]]],
-                   window: Window) -> dict[str, dict[str, Series]]:
-    """Per host: each node measure from its families, devices combined as NODE_SAMPLES says."""
+                   window: Window, samples: Mapping[str, tuple[tuple[str, ...], str]]
+                   ) -> dict[str, dict[str, Series]]:
+    """Per host: each node measure from its families, devices combined as ``samples``
+    (the catalogue's NODE_SAMPLES and file-system counters) says."""
     nodes: dict[str, dict[str, Series]] = {}
     hosts = {host for host, _ in raw}
     for host in sorted(hosts):
-        for measure, (families, how) in NODE_SAMPLES.items():
+        for measure, (families, how) in samples.items():
             by_family = [[points for _, points in raw.get((host, family), [])]
                          for family in families]
             if not any(by_family):
