@@ -66,7 +66,7 @@ T0 = 1_791_590_400  # 2026-10-10 00:00 UTC, inside the server's 400-day retentio
 HOURS, NODES, JOB = 24, 8, "7001"
 WEEK_JOB, WEEK_GPUS, WEEK_DAYS = "7002", 8, 7
 WEEK_T0 = T0 - 10 * 86400
-MARKER = 'beacon_bench_dataset{name="job64x24-all-fields-v2"}'
+MARKER = 'beacon_bench_dataset{name="job64x24-all-fields-v3"}'
 DEFAULT_MAX_SAMPLES = 50_000_000
 
 
@@ -145,6 +145,10 @@ NODE_FAMILIES = (  # (family, type, extra labels, low, high): counters grow by l
     ("node_infiniband_link_error_recovery", "counter", 'device="mlx5_0",port="1"', 0, 0),
     ("node_infiniband_link_downed", "counter", 'device="mlx5_0",port="1"', 0, 0),
     ("node_infiniband_rate_bytes_per_second", "gauge", 'device="mlx5_0",port="1"', 5e10, 5e10),
+    ("node_mountstats_nfs_read_bytes", "counter",
+     'export="nfs01:/datasets",mountaddr="10.0.0.5",protocol="tcp"', 1e8, 1e10),
+    ("node_mountstats_nfs_write_bytes", "counter",
+     'export="nfs01:/datasets",mountaddr="10.0.0.5",protocol="tcp"', 1e6, 1e9),
 )
 
 
