@@ -313,7 +313,7 @@ def _slow_elsewhere(job: Job, summaries: Sequence[JobMetricSummary],
 
 
 def network_facts(nodes: Sequence[JobNodeMetrics]) -> dict[str, Fact]:
-    """Node-shared InfiniBand, CPU and file-system facts over the job's nodes."""
+    """Node-shared InfiniBand facts over the job's nodes (CPU and file system: host_facts)."""
     if not nodes:
         return {}
     degraded = [n.host for n in nodes if n.ib_degraded]

@@ -43,7 +43,7 @@ def load_cluster(out: Path, name: str = "demo") -> Cluster:
                                      metric_labels={"scrape_interval": step})
     for node in desc["nodes"]:
         Node.objects.create(cluster=cluster, name=node["name"], gpu_type=node["gpu_type"],
-                            gpu_count=len(node["gpus"]), cpus=node.get("cpus", 0))
+                            gpu_count=len(node["gpus"]), cpus=node["cpus"])
     for team in desc["teams"]:
         row = Team.objects.create(slug=team["account"], name=team["description"])
         SlurmAccount.objects.create(cluster=cluster, name=team["account"], team=row)
