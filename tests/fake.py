@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from apps.clusters.adapters import slurm_parse, slurm_parse_cluster
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.slurm import (
     Association,
     ExitStatus,
@@ -29,6 +28,7 @@ from apps.clusters.adapters.slurm import (
     SlurmPartition,
     UsageRow,
 )
+from apps.core.errors import AdapterError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 

@@ -25,7 +25,6 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
     GpuBinding,
@@ -37,6 +36,7 @@ from apps.clusters.adapters.slurm_parse import parse_gpu_map_log
 from apps.clusters.importer import ImportResult, JobImporter
 from apps.clusters.models import Cluster, Node, Partition, SlurmAssociation
 from apps.core.broker import publish_on_commit
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job, JobGpu
 

@@ -38,7 +38,6 @@ from apps.analysis.efficiency import GpuSummary, JobEfficiency, summarise_job
 from apps.analysis.health import GpuHealth, NodeHealth, gpu_health, node_health
 from apps.analysis.stragglers import GpuSignals, StragglerVerdict, detect
 from apps.analysis.timeseries import GpuKey, Series, Window, regrid
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.catalogue import Catalogue, CatalogueError
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.telemetry import (
@@ -51,6 +50,7 @@ from apps.clusters.adapters.telemetry import (
 )
 from apps.clusters.models import Cluster
 from apps.core.batch import forked, forked_map
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.openmetrics import JobRequest, JobSeries, first_timestamp, jobs_series
 from apps.jobs.diagnosis import RuleSet, diagnose_job, diagnose_many
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary, JobNodeMetrics

@@ -37,9 +37,9 @@ from apps.audit.models import AuditEvent
 from apps.chargeback.services import current_month, month_period
 from apps.chargeback.usage import gpu_seconds, overlapping
 from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.slurm import Association, LimitChange, SlurmClient
 from apps.clusters.models import Cluster, Node, SlurmAccount, SlurmAssociation
+from apps.core.errors import AdapterError
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job
 from apps.quotas.adapters.webhook import Webhook

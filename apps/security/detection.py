@@ -48,12 +48,12 @@ from apps.analysis.security_types import (
 )
 from apps.analysis.sshd_log import SshRecord, events
 from apps.analysis.timeseries import Series
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.slurm import SlurmClient
 from apps.clusters.adapters.slurm_parse import expand_hostlist
 from apps.clusters.models import Cluster, Node
 from apps.core.batch import forked
+from apps.core.errors import AdapterError
 from apps.jobs.archive import catalogue_for
 from apps.jobs.models import Job, JobGpu
 from apps.security import findings

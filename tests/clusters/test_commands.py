@@ -14,8 +14,8 @@ from django.core.management import CommandError, call_command
 from django.db import InterfaceError, OperationalError
 
 from apps.clusters import tasks
-from apps.clusters.adapters.base import TransientAdapterError
 from apps.clusters.models import Cluster
+from apps.core.errors import TransientAdapterError
 from apps.core.models import TaskRun
 from apps.jobs.models import Job
 from tests.fake import FIXTURES, recorded_slurm_bin, write_command

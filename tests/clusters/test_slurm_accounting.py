@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from apps.clusters.adapters import slurm_parse_cluster as cparse
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.adapters.slurmcli import SlurmCli
 from apps.clusters.adapters.slurmrest import SlurmRest
+from apps.core.errors import AdapterError, TransientAdapterError
 from tests.fake import write_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"

@@ -11,9 +11,9 @@ import time_machine
 from django.utils import timezone
 
 from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.adapters.slurm import GpuBinding, QueueEntry, SlurmJob
 from apps.clusters.models import Cluster, Node, Partition, SlurmAssociation
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.core.models import TaskRun
 from apps.jobs.models import Job, JobGpu
 from tests.fake import FakeSlurm, fixture_jobs

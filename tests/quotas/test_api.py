@@ -8,7 +8,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.quotas import services
 from apps.quotas.models import Quota
 

@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError
+from apps.core.errors import AdapterError
 from apps.quotas.models import Quota, QuotaChange
 from tests.conftest import make_job
 

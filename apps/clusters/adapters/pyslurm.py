@@ -19,7 +19,6 @@ from typing import Any
 
 from apps.clusters.adapters import slurm_parse as parse
 from apps.clusters.adapters import slurm_parse_cluster as cparse
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
     Association,
@@ -35,6 +34,7 @@ from apps.clusters.adapters.slurm import (
     SlurmPartition,
     UsageRow,
 )
+from apps.core.errors import AdapterError, TransientAdapterError
 
 
 def _pyslurm() -> Any:

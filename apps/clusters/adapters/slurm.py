@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from apps.clusters.adapters.base import AdapterError
+from apps.core.errors import AdapterError
 
 # --- Value types ----------------------------------------------------------------------
 

@@ -25,7 +25,6 @@ from typing import IO, Any
 
 from apps.clusters.adapters import slurm_parse as parse
 from apps.clusters.adapters import slurm_parse_cluster as cparse
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
     Association,
@@ -41,6 +40,7 @@ from apps.clusters.adapters.slurm import (
     SlurmPartition,
     UsageRow,
 )
+from apps.core.errors import AdapterError, TransientAdapterError
 
 # Messages Slurm prints when a daemon is down or slow: a retry can fix these.
 _TRANSIENT_MARKERS = (

@@ -30,7 +30,6 @@ from typing import Any
 
 from apps.clusters.adapters import slurm_parse as parse
 from apps.clusters.adapters import slurm_parse_cluster as cparse
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
     Association,
@@ -43,6 +42,7 @@ from apps.clusters.adapters.slurm import (
     SlurmNode,
     SlurmPartition,
 )
+from apps.core.errors import AdapterError
 
 SERVICE = "slurm"
 

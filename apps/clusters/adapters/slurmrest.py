@@ -35,7 +35,6 @@ from requests.adapters import HTTPAdapter
 
 from apps.clusters.adapters import slurm_parse as parse
 from apps.clusters.adapters import slurm_parse_cluster as cparse
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
     Association,
@@ -51,6 +50,7 @@ from apps.clusters.adapters.slurm import (
     SlurmPartition,
     UsageRow,
 )
+from apps.core.errors import AdapterError, TransientAdapterError
 
 
 @dataclass(frozen=True)
