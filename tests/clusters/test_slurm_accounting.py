@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from apps.clusters.adapters import slurm_parse_cluster as cparse
-from apps.clusters.adapters.slurmcli import SlurmCli
-from apps.clusters.adapters.slurmrest import SlurmRest
+from apps.clusters.adapters.slurm import parse_cluster as cparse
+from apps.clusters.adapters.slurm.cli import SlurmCli
+from apps.clusters.adapters.slurm.rest import SlurmRest
 from apps.core.errors import AdapterError, TransientAdapterError
 from tests.fake import write_command
 

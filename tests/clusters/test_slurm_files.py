@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from apps.clusters import sync
-from apps.clusters.adapters.slurm import slurm_client
+from apps.clusters.adapters.slurm.registry import slurm_client
 from apps.clusters.models import Cluster, Node, Partition
 from apps.core.errors import AdapterError
 from apps.jobs.models import Job
