@@ -1,4 +1,4 @@
-"""Job services called by views: refreshing a job's stored metrics, and the efficiency card."""
+"""What the job pages show (efficiency card, figures, panels, list rows), from stored data."""
 
 from __future__ import annotations
 
