@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-from enum import StrEnum
 from typing import Any
 
 from django.db.models import (
@@ -24,7 +22,6 @@ from django.utils import timezone
 
 from apps.analysis import compact
 from apps.analysis.efficiency import MEASURE_NAMES, measure_note
-from apps.core.broker import publish_on_commit
 from apps.jobs import charts
 from apps.jobs.archive import PARTIAL_ATTEMPTS
 from apps.jobs.models import (
@@ -35,57 +32,6 @@ from apps.jobs.models import (
     JobNodeMetrics,
     TraceRankPhases,
 )
-
-# A running job's snapshot is refreshed at most this often, however many viewers poll.
-REFRESH_AFTER = timedelta(seconds=60)
-
-
-def needs_refresh(job: Job, metrics: JobMetrics | None) -> bool:
-    """Running jobs go stale; finished jobs need one archive; never-started jobs nothing."""
-    if job.start_time is None:
-        return False
-    if metrics is None or metrics.status == JobMetrics.Status.PENDING:
-        return True
-    if metrics.is_final:
-        return False
-    return metrics.computed_at is None or timezone.now() - metrics.computed_at > REFRESH_AFTER
-
-
-class Refresh(StrEnum):
-    """What ``request_refresh`` did."""
-
-    QUEUED = "queued"  # this call asked a worker
-    ASKED = "asked"  # another view asked within REFRESH_AFTER
-    UNAVAILABLE = "unavailable"  # the broker is down: nothing was queued
-
-
-def request_refresh(job: Job) -> Refresh:
-    """Enqueue one archive task for ``job`` unless one was asked for within REFRESH_AFTER.
-
-    1. A conditional UPDATE claims the request, so concurrent page views enqueue once.
-    2. The task is published; if the broker (Redis) is down, the claim is released, so
-       the next view asks again instead of waiting out REFRESH_AFTER, and the caller is
-       told the refresh could not be queued. The page keeps serving the stored archive.
-    """
-    from apps.jobs.tasks import archive_job  # tasks import services' neighbours
-
-    now = timezone.now()
-    JobMetrics.objects.get_or_create(job=job)
-    claimed = JobMetrics.objects.filter(job=job).filter(
-        Q(refresh_requested_at__isnull=True) | Q(refresh_requested_at__lt=now - REFRESH_AFTER)
-    ).update(refresh_requested_at=now)
-    if not claimed:
-        return Refresh.ASKED
-    outcome = [Refresh.QUEUED]
-
-    def _release(exc: BaseException) -> None:
-        JobMetrics.objects.filter(job=job, refresh_requested_at=now).update(
-            refresh_requested_at=None)
-        outcome[0] = Refresh.UNAVAILABLE
-
-    publish_on_commit(archive_job, job.pk, on_failure=_release)
-    return outcome[0]  # inside an outer transaction the publish comes later: optimistic
-
 
 # --- The efficiency card ---------------------------------------------------------------
 

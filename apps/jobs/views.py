@@ -19,7 +19,7 @@ from apps.clusters.models import Cluster
 from apps.core.context_processors import simulated_banner
 from apps.core.errors import AdapterError
 from apps.core.paging import keyset_page
-from apps.jobs import presenters, traces
+from apps.jobs import presenters, services, traces
 from apps.jobs.filters import JobFilterSet
 from apps.jobs.models import Job, JobMetrics
 
@@ -111,10 +111,10 @@ def _metrics_card(job: Job) -> dict[str, Any]:
     task runs in-process and records, rather than raises, a failure.
     """
     asked = None
-    if presenters.needs_refresh(job, JobMetrics.objects.filter(job=job).first()):
-        asked = presenters.request_refresh(job)
+    if services.needs_refresh(job, JobMetrics.objects.filter(job=job).first()):
+        asked = services.request_refresh(job)
     card = presenters.metrics_card(job)
-    card["refresh_unavailable"] = asked == presenters.Refresh.UNAVAILABLE
+    card["refresh_unavailable"] = asked == services.Refresh.UNAVAILABLE
     return card
 
 

@@ -125,9 +125,9 @@ def _check_live(env: dict[str, str], database: Path) -> None:
     web = f"http://127.0.0.1:{env['WEB_PORT']}/health/"
     assert _until(lambda: _get(web) == 200, 60), "the portal never answered"
     job = _manage(env, "shell", "-v0", "-c", (
-        "from apps.jobs import presenters; from apps.jobs.models import Job\n"
+        "from apps.jobs import services; from apps.jobs.models import Job\n"
         "job = Job.objects.filter(state='RUNNING', gpu_equivalent__gt=0).first()\n"
-        "assert presenters.request_refresh(job)\nprint(job.pk)")).split()[-1]
+        "assert services.request_refresh(job)\nprint(job.pk)")).split()[-1]
 
     def refreshed() -> bool:
         with sqlite3.connect(database, timeout=10) as conn:

@@ -12,7 +12,7 @@ from apps.analysis.timeseries import GpuKey
 from apps.clusters.models import Node
 from apps.core.errors import AdapterError, TransientAdapterError
 from apps.core.models import TaskRun
-from apps.jobs import archive, presenters, tasks
+from apps.jobs import archive, services, tasks
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary
 from tests.conftest import make_job
 
@@ -109,7 +109,7 @@ def test_a_running_job_is_a_live_snapshot_until_it_ends(world):
                                   + timedelta(minutes=30))
     assert metrics.status == JobMetrics.Status.LIVE
     assert metrics.allocated_gpu_hours == pytest.approx(4.0)
-    assert presenters.needs_refresh(running, metrics)
+    assert services.needs_refresh(running, metrics)
 
 
 def test_the_task_records_a_run_and_does_not_retry_inline_under_eager(job, monkeypatch):
@@ -128,8 +128,8 @@ def test_a_refresh_is_enqueued_once_per_interval(job, monkeypatch,
     calls = []
     monkeypatch.setattr(tasks.archive_job, "apply_async", lambda args, **kw: calls.append(args))
     with django_capture_on_commit_callbacks(execute=True):
-        assert presenters.request_refresh(job) == presenters.Refresh.QUEUED
-        assert presenters.request_refresh(job) == presenters.Refresh.ASKED
+        assert services.request_refresh(job) == services.Refresh.QUEUED
+        assert services.request_refresh(job) == services.Refresh.ASKED
     assert calls == [(job.pk,)]
 
 

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from apps.jobs import presenters
+from apps.jobs import services
 from apps.jobs.models import Job, JobMetrics
 from portal.celery import app
 from tests.conftest import make_job
@@ -45,7 +45,7 @@ def running_job(world) -> Job:
 # Autocommit, as in a web request: the publish happens inside request_refresh.
 @pytest.mark.django_db(transaction=True)
 def test_it_releases_the_claim_when_the_broker_is_down(running_job, broker_down):
-    assert presenters.request_refresh(running_job) == presenters.Refresh.UNAVAILABLE
+    assert services.request_refresh(running_job) == services.Refresh.UNAVAILABLE
     assert JobMetrics.objects.get(job=running_job).refresh_requested_at is None
 
 
