@@ -49,7 +49,8 @@ from tests.integration.exporters import (
     scraping_prometheus,
 )
 
-pytestmark = [pytest.mark.integration("prometheus"), pytest.mark.slow]
+# Its own Prometheus and exporters on free ports: not the shared :9091 (any xdist lane)
+pytestmark = [pytest.mark.integration("exporters"), pytest.mark.slow]
 DURATION = 80
 IB_LIVE01 = (1e8, 2e8)  # rx, tx B/s on each of live01's 4 ports
 IB_LIVE02 = 4.5e9  # each direction on live02 mlx5_1 port 2, from t0 + 20
