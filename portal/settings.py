@@ -608,6 +608,9 @@ SECURITY_MAX_CATCHUP_HOURS = env_int("SECURITY_MAX_CATCHUP_HOURS", 24, minimum=1
 SECURITY_CLAIM_EXPIRY = env_int("SECURITY_CLAIM_EXPIRY", 1800, minimum=60)
 SECURITY_SCRIPT_BATCH = env_int("SECURITY_SCRIPT_BATCH", 500, minimum=1)
 SECURITY_SCRIPT_LOOKBACK_DAYS = env_int("SECURITY_SCRIPT_LOOKBACK_DAYS", 7, minimum=1)
+# The shortest bucket (seconds) telemetry is read at from Prometheus; never below the
+# cluster's scrape interval. Tests scraping real exporters every second lower it.
+SECURITY_TELEMETRY_MIN_STEP = env_int("SECURITY_TELEMETRY_MIN_STEP", 60, minimum=1)
 # Critical findings at once, the rest in the digest: e-mail and/or a JSON webhook.
 SECURITY_NOTIFY_EMAILS = env_list("SECURITY_NOTIFY_EMAILS")
 SECURITY_WEBHOOK_URL = env_str("SECURITY_WEBHOOK_URL")
