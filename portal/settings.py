@@ -261,6 +261,7 @@ INSTALLED_APPS = [
     "apps.quotas",
     "apps.security",
     "apps.slo",
+    "apps.guardrails",
 ]
 
 MIDDLEWARE = [
