@@ -45,6 +45,7 @@ class Alert(models.Model):
 
     class Status(models.TextChoices):
         PENDING = "pending", "waiting to be sent"
+        SENDING = "sending", "being sent"
         SENT = "sent", "sent"
         OPTED_OUT = "opted_out", "not sent: alerts are off for this user"
         NO_ADDRESS = "no_address", "not sent: no e-mail address or webhook"
