@@ -13,8 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from apps.clusters.adapters import slurm_parse, slurm_parse_cluster
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.slurm import (
     Association,
     ExitStatus,
@@ -29,6 +27,9 @@ from apps.clusters.adapters.slurm import (
     SlurmPartition,
     UsageRow,
 )
+from apps.clusters.adapters.slurm import parse as slurm_parse
+from apps.clusters.adapters.slurm import parse_cluster as slurm_parse_cluster
+from apps.core.errors import AdapterError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 

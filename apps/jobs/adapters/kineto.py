@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from apps.analysis.trace_types import DistributedInfo, Kind, RankTrace, TraceEvent
-from apps.clusters.adapters.base import AdapterError
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.jsonstream import JsonStreamError, walk
 
 SERVICE = "kineto"
