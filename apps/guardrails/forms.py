@@ -10,6 +10,8 @@ ALERT_CHOICES = (("", "Follow my team's default"), ("on", "On"), ("off", "Off"))
 
 
 class PreferenceForm(forms.ModelForm):
+    webhook_url = forms.URLField(required=False, assume_scheme="https",
+                                 label="Slack or Mattermost incoming webhook (optional)")
     alerts_choice = forms.ChoiceField(choices=ALERT_CHOICES, required=False,
                                       label="Alerts about my running jobs")
     kinds_off = forms.MultipleChoiceField(choices=Alert.Kind.choices, required=False,
@@ -39,6 +41,8 @@ class PreferenceForm(forms.ModelForm):
 
 
 class TeamSettingForm(forms.ModelForm):
+    webhook_url = forms.URLField(required=False, assume_scheme="https",
+                                 label="Team webhook (every alert on the team's jobs)")
     class Meta:
         model = TeamAlertSetting
         fields = ["alerts_default", "webhook_url", "webhook_format", "lead_digest"]

@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from apps.accounts.models import Contact
-from apps.clusters.adapters.base import AdapterError
+from apps.core.errors import AdapterError
 from apps.guardrails.alerts import local_time, scancel_command
 from apps.guardrails.models import Alert, AlertPreference, Message, TeamAlertSetting
 from apps.jobs.models import Job

@@ -31,8 +31,8 @@ from apps.analysis.guardrails_policy import (
 )
 from apps.audit.models import AuditEvent
 from apps.audit.services import record
-from apps.clusters.adapters.base import AdapterError
-from apps.clusters.sync import client_for
+from apps.clusters import services as cluster_services
+from apps.core.errors import AdapterError
 from apps.guardrails.alerts import local_time, scancel_command
 from apps.guardrails.models import Exemption, Message, PolicyAction
 from apps.guardrails.notify import job_url, send_notice
@@ -138,7 +138,7 @@ def _cancel(job: Job, decision: Decision, now: datetime) -> PolicyAction:
     if mode() != ENFORCE:
         return _record(job, PolicyAction.Action.CANCELLED, decision, now)
     try:
-        client = client_for(job.cluster)
+        client = cluster_services.client_for(job.cluster)
         if not getattr(client, "can_cancel", False):
             raise AdapterError(f"the {job.cluster.slurm_backend} Slurm backend cannot cancel "
                                "jobs", service="slurm")

@@ -26,8 +26,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from apps.analysis.guardrails import AlertConfig
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.models import Cluster
+from apps.core.errors import AdapterError
 from apps.core.runs import tracked_run
 from apps.guardrails import policy
 from apps.guardrails.alerts import raise_alerts

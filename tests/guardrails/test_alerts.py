@@ -178,7 +178,7 @@ def test_a_straggler_named_by_the_live_verdict_is_raised(running):
 
 
 def test_unreadable_telemetry_is_counted_not_fatal(running):
-    from apps.clusters.adapters.base import TransientAdapterError
+    from apps.core.errors import TransientAdapterError
 
     class Down:
         name = "prometheus"
