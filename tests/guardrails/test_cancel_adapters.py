@@ -100,5 +100,5 @@ def test_rest_unreachable_is_transient():
                          ids=["files", "pyslurm"])
 def test_read_only_backends_say_they_cannot_cancel(client):
     assert client.can_cancel is False
-    with pytest.raises(AdapterError, match="cannot cancel|cancelling jobs"):
+    with pytest.raises(AdapterError, match=r"cannot cancel|cancelling jobs"):
         client.cancel_job(1)
