@@ -57,6 +57,21 @@ class Refresh(StrEnum):
     QUEUED = "queued"  # this call asked a worker
     ASKED = "asked"  # another view asked within REFRESH_AFTER
     UNAVAILABLE = "unavailable"  # the broker is down: nothing was queued
+    NO_SOURCE = "no_source"  # no Prometheus configured: a refresh could only fail
+
+
+def refresh_if_stale(job: Job, metrics: JobMetrics | None) -> Refresh | None:
+    """Ask for a refresh of ``job``'s metrics when they are stale (None: nothing asked).
+
+    A cluster without Prometheus (plain ``make demo``, a site importing archives only)
+    queues nothing: the task could only fail, and each page view would add a failed run
+    to the Platform page (issue 19). For a running job, or one whose archive is missing,
+    the answer is then ``NO_SOURCE``: the page says live refresh needs Prometheus.
+    """
+    if not job.cluster.metrics_url:
+        running = job.start_time is not None and job.is_active
+        return Refresh.NO_SOURCE if running or needs_refresh(job, metrics) else None
+    return request_refresh(job) if needs_refresh(job, metrics) else None
 
 
 def request_refresh(job: Job) -> Refresh:
@@ -127,8 +142,20 @@ def metrics_card(job: Job) -> dict[str, Any]:
         node_panels=list(node_figures(metrics, nodes).items()),
         straggler=straggler_panel(metrics), nodes=nodes,
         communication=communication_share(summaries),
+        hours_gap=hours_gap(job, metrics),
     )
     return card
+
+
+def hours_gap(job: Job, metrics: JobMetrics) -> float:
+    """GPU-hours the job page's header counts past the end of the stored metrics.
+
+    The header is Slurm's allocation until now; a running job's metrics end at their last
+    snapshot, so the two differ by the time since (issue 19: 272.8 against 248.2). The
+    page says so rather than show two numbers without a reason; 0 when they agree.
+    """
+    gap = job.gpu_hours - metrics.allocated_gpu_hours
+    return gap if gap >= 0.05 else 0.0
 
 
 def communication_share(summaries: list[JobMetricSummary]) -> float | None:
