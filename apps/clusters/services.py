@@ -27,5 +27,5 @@ def client_for(cluster: Cluster) -> SlurmClient:
 
 def prometheus_for(cluster: Cluster) -> PrometheusClient | None:
     """The cluster's Prometheus (its own URL, else ``PROMETHEUS_URL``); None when neither is set."""
-    url = cluster.prometheus_url or settings.PROMETHEUS_URL
+    url = cluster.metrics_url
     return PrometheusClient(url, timeout=settings.PROMETHEUS_TIMEOUT) if url else None

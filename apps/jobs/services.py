@@ -32,6 +32,21 @@ class Refresh(StrEnum):
     QUEUED = "queued"  # this call asked a worker
     ASKED = "asked"  # another view asked within REFRESH_AFTER
     UNAVAILABLE = "unavailable"  # the broker is down: nothing was queued
+    NO_SOURCE = "no_source"  # no Prometheus configured: a refresh could only fail
+
+
+def refresh_if_stale(job: Job, metrics: JobMetrics | None) -> Refresh | None:
+    """Ask for a refresh of ``job``'s metrics when they are stale (None: nothing asked).
+
+    A cluster without Prometheus (plain ``make demo``, a site importing archives only)
+    queues nothing: the task could only fail, and each page view would add a failed run
+    to the Platform page (issue 19). For a running job, or one whose archive is missing,
+    the answer is then ``NO_SOURCE``: the page says live refresh needs Prometheus.
+    """
+    if not job.cluster.metrics_url:
+        running = job.start_time is not None and job.is_active
+        return Refresh.NO_SOURCE if running or needs_refresh(job, metrics) else None
+    return request_refresh(job) if needs_refresh(job, metrics) else None
 
 
 def request_refresh(job: Job) -> Refresh:

@@ -108,13 +108,13 @@ def _metrics_card(job: Job) -> dict[str, Any]:
     """The stored metrics at once; a worker is asked to refresh them when they are stale.
 
     The page never waits on Prometheus (with a worker); under the embedded default the
-    task runs in-process and records, rather than raises, a failure.
+    task runs in-process and records, rather than raises, a failure. Without a Prometheus
+    nothing is asked: the page says that live refresh needs one.
     """
-    asked = None
-    if services.needs_refresh(job, JobMetrics.objects.filter(job=job).first()):
-        asked = services.request_refresh(job)
+    asked = services.refresh_if_stale(job, JobMetrics.objects.filter(job=job).first())
     card = presenters.metrics_card(job)
     card["refresh_unavailable"] = asked == services.Refresh.UNAVAILABLE
+    card["no_live_source"] = asked == services.Refresh.NO_SOURCE
     return card
 
 

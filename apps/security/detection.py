@@ -294,7 +294,8 @@ def _raw_telemetry(cluster: Cluster, catalogue: Any, start: float, end: float,
         report.sources["telemetry"] = "skipped: no Prometheus URL and no telemetry files"
         report.skip("telemetry: no Prometheus URL and no telemetry files")
         return None
-    step = max(catalogue.scrape_interval, 60.0, (end - start) / 2000)
+    step = max(catalogue.scrape_interval, float(settings.SECURITY_TELEMETRY_MIN_STEP),
+               (end - start) / 2000)
     report.sources["telemetry"] = f"prometheus {client.base_url}"
     return telemetry.from_prometheus(client, catalogue, start, end, step)
 

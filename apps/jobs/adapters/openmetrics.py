@@ -30,6 +30,7 @@ from apps.clusters.adapters.catalogue import (
     group_by_gpu,
     node_sample_wanted,
 )
+from apps.clusters.adapters.promql import host_of
 from apps.core.errors import AdapterError
 
 SERVICE = "openmetrics"
@@ -333,7 +334,7 @@ def jobs_series(lines: Iterable[str], catalogue: Catalogue,
     node_raw: dict[tuple[str, str], list[tuple[str, tuple[Point, ...]]]] = {}
     for series in read_series(lines, keep):
         if series.metric in node_families:
-            host = series.labels.get(catalogue.node_label, "").split(":", 1)[0]
+            host = host_of(series.labels.get(catalogue.node_label, ""))
             node_raw.setdefault((host, series.metric), []).append((series.metric, series.points))
         else:
             _assign(series, catalogue, labelled, held, pairs, found_by_label)

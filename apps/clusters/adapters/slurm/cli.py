@@ -69,6 +69,8 @@ def _chunks(ids: Iterable[int], size: int = _ID_CHUNK) -> Iterator[list[int]]:
 class SlurmCli:
     """Talks to Slurm through its command-line tools (see the module docstring)."""
 
+    can_cancel = True
+
     cluster: str = ""
     ssh: str = ""
     ssh_options: Sequence[str] = field(default_factory=tuple)
@@ -302,6 +304,17 @@ class SlurmCli:
             raise AdapterError(f"Slurm changed nothing: {out.strip()[:300] or 'no output'}",
                                service="slurm", detail=out)
         return st.LimitChange(command=shown, output=out.strip(), applied=not dry_run)
+
+    def cancel_job(self, job_id: int) -> None:
+        # scancel of a job that already ended says so on stderr and exits 0 (or 1 with
+        # "Job has already finished"/"Invalid job id" after MinJobAge): both are done.
+        try:
+            self._run(["scancel", *(["-M", self.cluster] if self.cluster else []),
+                       str(int(job_id))])
+        except AdapterError as exc:
+            if "already" in exc.detail or "Invalid job id" in exc.detail:
+                return
+            raise
 
 
 def _utc_text(when: datetime) -> str:

@@ -59,6 +59,8 @@ OPTIONAL = ("sacctmgr_assoc.txt", "sshare.txt", "sacct_by_id.json")
 class SlurmFiles:
     """Reads a folder written by ``sacct/squeue/sinfo/scontrol`` (option ``dir``)."""
 
+    can_cancel = False  # saved output: there is no cluster to act on
+
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
@@ -175,6 +177,10 @@ class SlurmFiles:
     def job_environments(self, job_ids: Iterable[int]) -> dict[str, str]:
         """Environments saved as ``scripts/<raw job id>.env``, keyed by display id."""
         return self._saved(job_ids, ".env")
+
+    def cancel_job(self, job_id: int) -> None:
+        raise AdapterError("the files backend reads saved output: it cannot cancel jobs",
+                           service="slurm")
 
     def _display_ids(self) -> dict[int, str]:
         """Raw id -> display id (``4_5``) of every record, read once per version of the

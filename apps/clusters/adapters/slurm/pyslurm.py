@@ -87,6 +87,8 @@ def job_from_pyslurm(d: Mapping[str, Any]) -> st.SlurmJob:
 class SlurmPyslurm:
     """Talks to slurmctld/slurmdbd through pyslurm (see the module docstring)."""
 
+    can_cancel = False  # read-only here: Beacon cancels with cli or rest
+
     cluster: str = ""
 
     @classmethod
@@ -203,3 +205,6 @@ class SlurmPyslurm:
     def set_account_limit(self, account: str, tres: str, minutes: int | None,
                           dry_run: bool = False) -> st.LimitChange:
         raise self._unsupported("quota writes")
+
+    def cancel_job(self, job_id: int) -> None:
+        raise self._unsupported("cancelling jobs")

@@ -101,6 +101,8 @@ def _read_token(options: Mapping[str, Any]) -> str:
 class SlurmRest:
     """Talks to slurmrestd over HTTP with a JWT (see the module docstring)."""
 
+    can_cancel = True
+
     url: str
     user: str
     token: str
@@ -277,3 +279,26 @@ class SlurmRest:
         # limit that way risks resetting the others, so quotas are written with sacctmgr.
         raise AdapterError("quota writes need the cli backend (sacctmgr): slurmrestd 22.05 "
                            "would rewrite the whole association", service="slurm")
+
+    def cancel_job(self, job_id: int) -> None:
+        """``DELETE /slurm/<version>/job/{id}`` (SIGKILL by default, as scancel)."""
+        path = f"{self.api.slurm}/job/{int(job_id)}"
+        try:
+            resp = self.session.delete(f"{self.url}{path}",
+                                       timeout=(min(self.timeout, 10), self.timeout))
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise TransientAdapterError(f"slurmrestd unreachable at {self.url}: {exc}",
+                                        service="slurm") from exc
+        except requests.RequestException as exc:
+            raise AdapterError(f"slurmrestd request failed: {exc}", service="slurm") from exc
+        if resp.status_code != 200:
+            if "already completing or completed" in resp.text:
+                return  # ended meanwhile: nothing to cancel
+            self._fail(path, resp)
+        try:
+            errors = resp.json().get("errors")
+        except ValueError:
+            errors = None
+        if errors and "already completing or completed" not in json.dumps(errors):
+            raise AdapterError(f"slurmrestd refused to cancel job {job_id}: "
+                               f"{json.dumps(errors)[:200]}", service="slurm")

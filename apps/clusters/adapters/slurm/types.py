@@ -247,6 +247,10 @@ ACTIVE_STATES = frozenset(
 class SlurmClient(Protocol):
     """What Beacon asks of a Slurm cluster. Every backend implements all of it."""
 
+    # Capabilities: what a backend can do beyond reading (a backend that cannot raises
+    # AdapterError when asked; callers check first to say "unsupported" in words).
+    can_cancel: bool
+
     def change_marker(self) -> str:
         """One cheap scheduler call whose answer changes when jobs are submitted, start or end.
 
@@ -311,5 +315,12 @@ class SlurmClient(Protocol):
                           dry_run: bool = False) -> LimitChange:
         """Set (``None``: remove) the account's ``GrpTRESMins`` for ``tres``; ``dry_run``
         asks Slurm to check the change and discard it. Refusals are ``AdapterError``."""
+        ...
+
+    def cancel_job(self, job_id: int) -> None:
+        """End a pending or running job, as ``scancel <id>`` does (the idle-job policy).
+
+        A job that has already ended is not an error. Refusals are ``AdapterError``; a
+        backend without ``can_cancel`` raises one too."""
         ...
 
