@@ -262,6 +262,8 @@ INSTALLED_APPS = [
     "apps.security",
     "apps.slo",
     "apps.guardrails",
+    "apps.shell",
+    "apps.demo",
 ]
 
 MIDDLEWARE = [
@@ -299,7 +301,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "apps.core.context_processors.navigation",
+                "apps.shell.context_processors.navigation",
             ]
         },
     }

@@ -12,7 +12,7 @@ from django.views import defaults
 from drf_spectacular.views import SpectacularAPIView
 
 urlpatterns = [
-    path("", include("apps.core.urls")),
+    path("", include("apps.shell.urls")),
     path("", include("apps.accounts.urls")),
     path("", include("apps.clusters.urls")),
     path("", include("apps.jobs.urls")),
@@ -52,7 +52,7 @@ def handler500(request: HttpRequest) -> HttpResponse:
     """A database that cannot be reached is a 503 saying so, with Retry-After; any other
     uncaught error the usual 500. The page uses no template context (the context
     processors query the database) and no static files."""
-    from apps.core.views import database_unavailable
+    from apps.shell.views import database_unavailable
 
     error = sys.exc_info()[1]
     if isinstance(error, (OperationalError, InterfaceError)):
