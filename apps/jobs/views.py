@@ -101,7 +101,17 @@ class JobDetailView(ActionRequiredMixin, DetailView):
         ctx.update(services.traces_panel(job))
         ctx["upload_limit_mb"] = settings.TRACE_UPLOAD_MAX_MB
         ctx.update(simulated_banner(job.cluster))
+        ctx["detection_problems"] = _detection_problems(job)
         return ctx
+
+
+def _detection_problems(job: Job) -> list[Any]:
+    """The job's cluster's last detection run, when it did not read all its sources: the
+    telemetry rules (miners, GPUs used without a job) may not have looked at this job."""
+    from apps.security.services import detection_problem  # security reads jobs: no cycle
+
+    problem = detection_problem(job.cluster)
+    return [problem] if problem else []
 
 
 def _metrics_card(job: Job) -> dict[str, Any]:
