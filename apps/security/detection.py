@@ -33,6 +33,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.analysis import security_rules
+from apps.analysis.components import alias_table
 from apps.analysis.secret_shapes import MAX_TEXT
 from apps.analysis.security_types import (
     Allocation,
@@ -63,10 +64,14 @@ from apps.security.frames import Grid, build_frame
 from apps.security.models import (
     Advisory,
     AllowListEntry,
+    ComponentAlias,
+    IbStorageBaseline,
     NodeInventory,
+    QuietSchedule,
     ScriptScan,
     SecurityRule,
     ServiceProbe,
+    SshAllowedSource,
     SshLogEvent,
 )
 
@@ -190,9 +195,35 @@ def _allow(cluster: Cluster, since: datetime, until: datetime, now: datetime) ->
             quiet.append(QuietWindow(value, _ts(e.starts_at), _ts(e.ends_at), e.reason))
         elif e.kind == AllowListEntry.Kind.VERSION and "=" in value:
             software, version = value.split("=", 1)
-            versions.add((software.strip().lower().replace("-", "_"), version.strip()))
+            versions.add((software.strip(), version.strip()))
+    quiet.extend(_quiet_schedules(cluster, since, until))
     quiet.extend(_drained_now(cluster, since, until, now))
-    return Allow(frozenset(admins), frozenset(exempt), tuple(quiet), frozenset(versions))
+    mine = Q(cluster=cluster) | Q(cluster__isnull=True)
+    sources = tuple(s.as_source() for s in SshAllowedSource.objects.filter(mine))
+    baselines = tuple(b.as_baseline() for b in IbStorageBaseline.objects.filter(mine))
+    return Allow(frozenset(admins), frozenset(exempt), tuple(quiet), frozenset(versions),
+                 sources, baselines, _partitions(cluster) if baselines else {},
+                 alias_table(dict(ComponentAlias.objects.values_list("alias", "component"))))
+
+
+def _quiet_schedules(cluster: Cluster, since: datetime, until: datetime) -> list[QuietWindow]:
+    """The enabled quiet windows of this cluster (and of all) that may touch the window
+    and its look-back; recurring ones in the cluster's time zone."""
+    start = _frame_start(since)
+    rows = QuietSchedule.objects.filter(Q(cluster=cluster) | Q(cluster__isnull=True),
+                                        enabled=True) \
+        .filter(Q(ends_at__isnull=True) | Q(ends_at__gte=start - timedelta(days=1))) \
+        .filter(Q(starts_at__isnull=True) | Q(starts_at__lte=until + timedelta(days=1)))
+    return [row.as_window(cluster.timezone or "UTC") for row in rows]
+
+
+def _partitions(cluster: Cluster) -> dict[str, frozenset[str]]:
+    """Node name -> its Slurm partitions (for baselines given per partition)."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for node, partition in Node.partitions.through.objects.filter(node__cluster=cluster) \
+            .values_list("node__name", "partition__name"):
+        found[node].add(partition)
+    return {node: frozenset(names) for node, names in found.items()}
 
 
 def _drained_now(cluster: Cluster, since: datetime, until: datetime,
