@@ -26,8 +26,8 @@ from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin
 from apps.analysis.chargeback import Policy
 from apps.chargeback import charts, reconciliation, services
 from apps.chargeback.models import BillingPeriod, Rate, Reconciliation, Statement
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.models import Cluster
+from apps.core.errors import AdapterError
 from apps.jobs.views import HttpResponseSeeOther
 
 

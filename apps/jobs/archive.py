@@ -38,7 +38,7 @@ from apps.analysis.efficiency import GpuSummary, JobEfficiency, summarise_job
 from apps.analysis.health import GpuHealth, NodeHealth, gpu_health, node_health
 from apps.analysis.stragglers import GpuSignals, StragglerVerdict, detect
 from apps.analysis.timeseries import GpuKey, Series, Window, regrid
-from apps.clusters.adapters.base import AdapterError
+from apps.clusters import services as cluster_services
 from apps.clusters.adapters.catalogue import Catalogue, CatalogueError
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.telemetry import (
@@ -51,6 +51,7 @@ from apps.clusters.adapters.telemetry import (
 )
 from apps.clusters.models import Cluster
 from apps.core.batch import forked, forked_map
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.openmetrics import JobRequest, JobSeries, first_timestamp, jobs_series
 from apps.jobs.diagnosis import RuleSet, diagnose_job, diagnose_many
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary, JobNodeMetrics
@@ -255,10 +256,9 @@ def catalogue_for(cluster: Cluster) -> Catalogue:
 
 def prometheus_source(cluster: Cluster) -> PrometheusSource:
     """The Prometheus source of ``cluster`` (AdapterError when none is configured)."""
-    url = cluster.metrics_url
-    if not url:
+    client = cluster_services.prometheus_for(cluster)
+    if client is None:
         raise AdapterError(f"cluster {cluster.name} has no Prometheus URL", service="prometheus")
-    client = PrometheusClient(url, timeout=settings.PROMETHEUS_TIMEOUT)
     return PrometheusSource(client, catalogue_for(cluster))
 
 

@@ -15,9 +15,9 @@ from django.views.generic import DetailView, TemplateView
 
 from apps.accounts.permissions import VIEW, ActionRequiredMixin, lead_team_ids
 from apps.analysis.phases import TraceAnalysisError
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.models import Cluster
 from apps.core.context_processors import simulated_banner
+from apps.core.errors import AdapterError
 from apps.core.paging import keyset_page
 from apps.jobs import services, traces
 from apps.jobs.filters import JobFilterSet

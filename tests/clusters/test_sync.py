@@ -10,10 +10,10 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
+from apps.clusters import services, sync
 from apps.clusters.adapters.slurm import GpuBinding, QueueEntry, SlurmJob
 from apps.clusters.models import Cluster, Node, Partition, SlurmAssociation
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.core.models import TaskRun
 from apps.jobs.models import Job, JobGpu
 from tests.fake import FakeSlurm, fixture_jobs
@@ -235,7 +235,7 @@ def test_finished_jobs_reach_the_hook_once_after_commit(
 def test_a_cluster_without_backend_says_so(cluster):
     cluster.slurm_backend = Cluster.SlurmBackend.NONE
     with pytest.raises(AdapterError, match="no Slurm backend"):
-        sync.client_for(cluster)
+        services.client_for(cluster)
 
 
 # --- sync_queue and GPU bindings -------------------------------------------------------------

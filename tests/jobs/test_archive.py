@@ -9,8 +9,8 @@ from django.core.management import CommandError, call_command
 
 from apps.analysis import compact
 from apps.analysis.timeseries import GpuKey
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.models import Node
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.core.models import TaskRun
 from apps.jobs import archive, services, tasks
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary

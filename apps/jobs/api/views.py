@@ -14,8 +14,8 @@ from rest_framework.response import Response
 
 from apps.accounts.permissions import VIEW
 from apps.analysis.phases import TraceAnalysisError
-from apps.clusters.adapters.base import AdapterError
 from apps.core.api.strict import StrictCursorPagination
+from apps.core.errors import AdapterError
 from apps.jobs import services, traces
 from apps.jobs.api.serializers import (
     JobDetailSerializer,

@@ -28,21 +28,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from apps.clusters.adapters import slurm_parse as parse
-from apps.clusters.adapters import slurm_parse_cluster as cparse
-from apps.clusters.adapters.base import AdapterError
-from apps.clusters.adapters.slurm import (
-    ACTIVE_STATES,
-    Association,
-    ExitStatus,
-    GpuBinding,
-    QueueEntry,
-    RecordError,
-    ShareRow,
-    SlurmJob,
-    SlurmNode,
-    SlurmPartition,
-)
+from apps.clusters.adapters.slurm import parse
+from apps.clusters.adapters.slurm import parse_cluster as cparse
+from apps.clusters.adapters.slurm import types as st
+from apps.core.errors import AdapterError
 
 SERVICE = "slurm"
 
@@ -53,7 +42,7 @@ def _display_ids_of(folder: str, versions: tuple[tuple[str, int, int], ...]) -> 
     for name, _, _ in versions:
         with (Path(folder) / name).open("rb") as stream:
             for item in parse.iter_sacct_json(stream):
-                if isinstance(item, SlurmJob):
+                if isinstance(item, st.SlurmJob):
                     out.setdefault(item.job_id, item.display_id)
     return out
 
@@ -69,6 +58,8 @@ OPTIONAL = ("sacctmgr_assoc.txt", "sshare.txt", "sacct_by_id.json")
 
 class SlurmFiles:
     """Reads a folder written by ``sacct/squeue/sinfo/scontrol`` (option ``dir``)."""
+
+    can_cancel = False  # saved output: there is no cluster to act on
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -105,7 +96,7 @@ class SlurmFiles:
             raise AdapterError(f"{self.folder / name}: expected a JSON object", service=SERVICE)
         return data
 
-    def _stream(self, name: str = "sacct.json") -> Iterator[SlurmJob | RecordError]:
+    def _stream(self, name: str = "sacct.json") -> Iterator[st.SlurmJob | st.RecordError]:
         try:
             with self._path(name).open("rb") as stream:
                 yield from parse.iter_sacct_json(stream)
@@ -123,58 +114,58 @@ class SlurmFiles:
                 digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
         return digest.hexdigest()[:16]
 
-    def jobs_since(self, since: datetime | None) -> Iterator[SlurmJob | RecordError]:
+    def jobs_since(self, since: datetime | None) -> Iterator[st.SlurmJob | st.RecordError]:
         for item in self._stream():
-            if since is None or isinstance(item, RecordError) or item.last_change >= since \
+            if since is None or isinstance(item, st.RecordError) or item.last_change >= since \
                     or not item.is_finished:
                 yield item
 
-    def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[SlurmJob | RecordError]:
+    def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[st.SlurmJob | st.RecordError]:
         """Records of these ids (all tasks of an array id): first from ``sacct_by_id.json``,
         what ``sacct -j`` saw of queued jobs no window lists (held, waiting on a
         dependency), then from the window for the ids it did not have."""
         wanted, found, whole = set(job_ids), set(), set()
         if (self.folder / "sacct_by_id.json").is_file():
             for item in self._stream("sacct_by_id.json"):
-                if isinstance(item, RecordError) or item.job_id in wanted \
+                if isinstance(item, st.RecordError) or item.job_id in wanted \
                         or item.array_job_id in wanted:
                     found.add(getattr(item, "job_id", None))
-                    if isinstance(item, SlurmJob) and not item.array_job_id:
+                    if isinstance(item, st.SlurmJob) and not item.array_job_id:
                         whole.add(item.job_id)  # not an array: nothing more to find
                     yield item
         if wanted <= whole:
             return
         for item in self._stream():
-            if isinstance(item, RecordError) or (item.job_id not in found and (
+            if isinstance(item, st.RecordError) or (item.job_id not in found and (
                     item.job_id in wanted or item.array_job_id in wanted)):
                 yield item
 
-    def exit_codes(self, job_ids: Iterable[int]) -> dict[int, ExitStatus]:
+    def exit_codes(self, job_ids: Iterable[int]) -> dict[int, st.ExitStatus]:
         if not (self.folder / "sacct_exitcodes.txt").is_file():
             return {}
         wanted = set(job_ids)
         codes = parse.parse_exit_codes(self._text("sacct_exitcodes.txt"))
         return {k: v for k, v in codes.items() if k in wanted}
 
-    def queue(self) -> list[QueueEntry]:
+    def queue(self) -> list[st.QueueEntry]:
         entries = parse.parse_squeue_json(self._json("squeue.json"))
-        return [e for e in entries if e.state in ACTIVE_STATES]
+        return [e for e in entries if e.state in st.ACTIVE_STATES]
 
-    def gpu_bindings(self) -> list[GpuBinding]:
+    def gpu_bindings(self) -> list[st.GpuBinding]:
         return parse.bindings_from_squeue(self._json("squeue.json"))
 
-    def nodes(self) -> list[SlurmNode]:
+    def nodes(self) -> list[st.SlurmNode]:
         return cparse.parse_sinfo_json(self._json("sinfo.json"))
 
-    def partitions(self) -> list[SlurmPartition]:
+    def partitions(self) -> list[st.SlurmPartition]:
         return cparse.parse_scontrol_partitions(self._text("scontrol_partitions.txt"))
 
-    def associations(self) -> list[Association]:
+    def associations(self) -> list[st.Association]:
         if not (self.folder / OPTIONAL[0]).is_file():
             return []
         return cparse.parse_sacctmgr_assoc(self._text(OPTIONAL[0]))
 
-    def shares(self) -> list[ShareRow]:
+    def shares(self) -> list[st.ShareRow]:
         if not (self.folder / OPTIONAL[1]).is_file():
             return []
         return cparse.parse_sshare(self._text(OPTIONAL[1]))
@@ -186,6 +177,10 @@ class SlurmFiles:
     def job_environments(self, job_ids: Iterable[int]) -> dict[str, str]:
         """Environments saved as ``scripts/<raw job id>.env``, keyed by display id."""
         return self._saved(job_ids, ".env")
+
+    def cancel_job(self, job_id: int) -> None:
+        raise AdapterError("the files backend reads saved output: it cannot cancel jobs",
+                           service="slurm")
 
     def _display_ids(self) -> dict[int, str]:
         """Raw id -> display id (``4_5``) of every record, read once per version of the

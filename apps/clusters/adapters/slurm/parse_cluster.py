@@ -1,5 +1,5 @@
 """Pure parsers for cluster-level Slurm output: nodes, partitions, associations, fairshare,
-and the ``sdiag`` change marker. Job records are in ``slurm_parse``; same rules (no I/O, no
+and the ``sdiag`` change marker. Job records are in ``parse``; same rules (no I/O, no
 Django).
 """
 
@@ -11,21 +11,21 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from apps.clusters.adapters.slurm import (
-    Association,
-    JobAllocation,
-    ShareRow,
-    SlurmNode,
-    SlurmPartition,
-    UsageRow,
-)
-from apps.clusters.adapters.slurm_parse import (
+from apps.clusters.adapters.slurm.parse import (
     _gpu_counts,
     _num,
     _state,
     _text,
     _tres_list,
     parse_tres_string,
+)
+from apps.clusters.adapters.slurm.types import (
+    Association,
+    JobAllocation,
+    ShareRow,
+    SlurmNode,
+    SlurmPartition,
+    UsageRow,
 )
 
 Record = Mapping[str, Any]

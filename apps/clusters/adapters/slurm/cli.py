@@ -23,24 +23,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from apps.clusters.adapters import slurm_parse as parse
-from apps.clusters.adapters import slurm_parse_cluster as cparse
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
-from apps.clusters.adapters.slurm import (
-    ACTIVE_STATES,
-    Association,
-    ExitStatus,
-    GpuBinding,
-    JobAllocation,
-    LimitChange,
-    QueueEntry,
-    RecordError,
-    ShareRow,
-    SlurmJob,
-    SlurmNode,
-    SlurmPartition,
-    UsageRow,
-)
+from apps.clusters.adapters.slurm import parse
+from apps.clusters.adapters.slurm import parse_cluster as cparse
+from apps.clusters.adapters.slurm import types as st
+from apps.core.errors import AdapterError, TransientAdapterError
 
 # Messages Slurm prints when a daemon is down or slow: a retry can fix these.
 _TRANSIENT_MARKERS = (
@@ -82,6 +68,8 @@ def _chunks(ids: Iterable[int], size: int = _ID_CHUNK) -> Iterator[list[int]]:
 @dataclass
 class SlurmCli:
     """Talks to Slurm through its command-line tools (see the module docstring)."""
+
+    can_cancel = True
 
     cluster: str = ""
     ssh: str = ""
@@ -141,7 +129,7 @@ class SlurmCli:
             raise AdapterError(f"{cmd[0]} printed JSON that is not an object", service="slurm")
         return data
 
-    def _stream_sacct(self, args: Sequence[str]) -> Iterator[SlurmJob | RecordError]:
+    def _stream_sacct(self, args: Sequence[str]) -> Iterator[st.SlurmJob | st.RecordError]:
         """Run ``sacct --json`` and parse its stdout while it is produced (bounded memory).
 
         A watchdog kills sacct after ``timeout``. A broken-JSON error at the end of the
@@ -182,12 +170,12 @@ class SlurmCli:
     @staticmethod
     def _parse_stream(
         stdout: IO[bytes] | None,
-    ) -> Generator[SlurmJob | RecordError, None, RecordError | None]:
-        held: RecordError | None = None
+    ) -> Generator[st.SlurmJob | st.RecordError, None, st.RecordError | None]:
+        held: st.RecordError | None = None
         if stdout is None:
             raise AdapterError("sacct: no output pipe", service="slurm")
         for item in parse.iter_sacct_json(stdout):
-            if isinstance(item, RecordError) and item.job_id is None:
+            if isinstance(item, st.RecordError) and item.job_id is None:
                 held = item  # broken JSON: the stream ends here
                 continue
             yield item
@@ -201,7 +189,7 @@ class SlurmCli:
         except ValueError as exc:
             raise AdapterError(f"sdiag: {exc}", service="slurm") from exc
 
-    def jobs_since(self, since: datetime | None) -> Iterator[SlurmJob | RecordError]:
+    def jobs_since(self, since: datetime | None) -> Iterator[st.SlurmJob | st.RecordError]:
         # A relative start (now-N seconds) is read on sacct's own clock and in no time zone.
         if since is None:
             start = "2000-01-01T00:00:00"  # slurmrestd cannot parse 1970
@@ -210,12 +198,12 @@ class SlurmCli:
             start = f"now-{seconds}seconds"
         return self._stream_sacct(["-S", start, "-E", "now", "-s", WINDOW_STATES])
 
-    def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[SlurmJob | RecordError]:
+    def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[st.SlurmJob | st.RecordError]:
         for chunk in _chunks(job_ids):
             yield from self._stream_sacct(["-j", ",".join(map(str, chunk))])
 
-    def exit_codes(self, job_ids: Iterable[int]) -> dict[int, ExitStatus]:
-        out: dict[int, ExitStatus] = {}
+    def exit_codes(self, job_ids: Iterable[int]) -> dict[int, st.ExitStatus]:
+        out: dict[int, st.ExitStatus] = {}
         for chunk in _chunks(job_ids):
             cluster = ["-M", self.cluster] if self.cluster else []
             text = self._run(["sacct", "-a", "-n", "-P", "-X", *cluster, "-o",
@@ -223,26 +211,26 @@ class SlurmCli:
             out.update(parse.parse_exit_codes(text))
         return out
 
-    def queue(self) -> list[QueueEntry]:
+    def queue(self) -> list[st.QueueEntry]:
         entries = parse.parse_squeue_json(self._json(["squeue", "--json"]))
-        return [e for e in entries if e.state in ACTIVE_STATES]
+        return [e for e in entries if e.state in st.ACTIVE_STATES]
 
-    def gpu_bindings(self) -> list[GpuBinding]:
+    def gpu_bindings(self) -> list[st.GpuBinding]:
         return parse.parse_scontrol_bindings(self._run(["scontrol", "-d", "show", "job"]))
 
-    def nodes(self) -> list[SlurmNode]:
+    def nodes(self) -> list[st.SlurmNode]:
         return cparse.parse_sinfo_json(self._json(["sinfo", "--json"]))
 
-    def partitions(self) -> list[SlurmPartition]:
+    def partitions(self) -> list[st.SlurmPartition]:
         return cparse.parse_scontrol_partitions(self._run(["scontrol", "show", "partition", "-o"]))
 
-    def associations(self) -> list[Association]:
+    def associations(self) -> list[st.Association]:
         where = ["where", f"cluster={self.cluster}"] if self.cluster else []
         text = self._run(["sacctmgr", "-P", "show", "assoc", *where,
                           f"format={cparse.ASSOC_FORMAT}"])
         return cparse.parse_sacctmgr_assoc(text)
 
-    def shares(self) -> list[ShareRow]:
+    def shares(self) -> list[st.ShareRow]:
         cluster = ["-M", self.cluster] if self.cluster else []
         return cparse.parse_sshare(self._run(["sshare", "-a", "-P", *cluster,
                                              "-o", cparse.SSHARE_FORMAT]))
@@ -269,14 +257,14 @@ class SlurmCli:
 
     # --- chargeback and quotas -------------------------------------------------------
 
-    def usage_report(self, start: datetime, end: datetime, tres: str) -> list[UsageRow]:
+    def usage_report(self, start: datetime, end: datetime, tres: str) -> list[st.UsageRow]:
         cluster = [f"cluster={self.cluster}"] if self.cluster else []
         text = self._run(["sreport", "-P", "-T", _checked_tres(tres), "-t", "minutes",
                           "cluster", "AccountUtilizationByUser", *cluster,
                           f"start={_utc_text(start)}", f"end={_utc_text(end)}"], env=UTC_ENV)
         return cparse.parse_sreport_usage(text)
 
-    def job_allocations(self, start: datetime, end: datetime) -> list[JobAllocation]:
+    def job_allocations(self, start: datetime, end: datetime) -> list[st.JobAllocation]:
         cluster = ["-M", self.cluster] if self.cluster else []
         text = self._run(["sacct", "-a", "-X", "-P", "-n", "-T", *cluster,
                           "-S", _utc_text(start), "-E", _utc_text(end),
@@ -286,7 +274,7 @@ class SlurmCli:
         except ValueError as exc:
             raise AdapterError(f"sacct: {exc}", service="slurm") from exc
 
-    def account_limits(self, account: str) -> Association | None:
+    def account_limits(self, account: str) -> st.Association | None:
         where = ["where", f"account={_checked_account(account)}",
                  *([f"cluster={self.cluster}"] if self.cluster else [])]
         text = self._run(["sacctmgr", "-P", "show", "assoc", *where,
@@ -306,7 +294,7 @@ class SlurmCli:
                 f"GrpTRESMins={_checked_tres(tres)}={value}"]
 
     def set_account_limit(self, account: str, tres: str, minutes: int | None,
-                          dry_run: bool = False) -> LimitChange:
+                          dry_run: bool = False) -> st.LimitChange:
         cmd = self.limit_command(account, tres, minutes)
         shown = shlex.join(cmd)
         # without -i sacctmgr asks whether to commit: answering "n" discards the change
@@ -315,7 +303,18 @@ class SlurmCli:
         if not cparse.sacctmgr_changed(out):
             raise AdapterError(f"Slurm changed nothing: {out.strip()[:300] or 'no output'}",
                                service="slurm", detail=out)
-        return LimitChange(command=shown, output=out.strip(), applied=not dry_run)
+        return st.LimitChange(command=shown, output=out.strip(), applied=not dry_run)
+
+    def cancel_job(self, job_id: int) -> None:
+        # scancel of a job that already ended says so on stderr and exits 0 (or 1 with
+        # "Job has already finished"/"Invalid job id" after MinJobAge): both are done.
+        try:
+            self._run(["scancel", *(["-M", self.cluster] if self.cluster else []),
+                       str(int(job_id))])
+        except AdapterError as exc:
+            if "already" in exc.detail or "Invalid job id" in exc.detail:
+                return
+            raise
 
 
 def _utc_text(when: datetime) -> str:

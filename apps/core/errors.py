@@ -1,4 +1,4 @@
-"""The one error type every adapter raises, and what adapters have in common."""
+"""The one error type every adapter raises (STYLE.md §2.3): in core, so every layer can catch it."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ mismatch"), so this module has never run against a real cluster in Beacon's CI; 
 pure mapping ``job_from_pyslurm`` is unit-tested, on a dict shaped like pyslurm's documented
 ``pyslurm.db.Job.to_dict()``. Prefer the ``cli`` backend, which is tested end to end.
 
-``pyslurm`` is imported inside the methods, so merely having this module on the path never
-imports it (the registry in ``slurm.slurm_client`` imports this module only when selected).
+``pyslurm`` is imported inside the methods, so importing this module (the registry does)
+never imports it.
 Not offered through pyslurm: GPU index bindings, associations and fairshare (use ``cli``).
 """
 
@@ -17,24 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from apps.clusters.adapters import slurm_parse as parse
-from apps.clusters.adapters import slurm_parse_cluster as cparse
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
-from apps.clusters.adapters.slurm import (
-    ACTIVE_STATES,
-    Association,
-    ExitStatus,
-    GpuBinding,
-    JobAllocation,
-    LimitChange,
-    QueueEntry,
-    RecordError,
-    ShareRow,
-    SlurmJob,
-    SlurmNode,
-    SlurmPartition,
-    UsageRow,
-)
+from apps.clusters.adapters.slurm import parse
+from apps.clusters.adapters.slurm import parse_cluster as cparse
+from apps.clusters.adapters.slurm import types as st
+from apps.core.errors import AdapterError, TransientAdapterError
 
 
 def _pyslurm() -> Any:
@@ -55,7 +41,7 @@ def _as_dict(job: Any) -> dict[str, Any]:
     return dict(data)
 
 
-def job_from_pyslurm(d: Mapping[str, Any]) -> SlurmJob:
+def job_from_pyslurm(d: Mapping[str, Any]) -> st.SlurmJob:
     """Map one ``pyslurm.db.Job.to_dict()`` to a ``SlurmJob``.
 
     pyslurm decodes the database's exit code itself (``exit_code``/``exit_code_signal``),
@@ -72,8 +58,8 @@ def job_from_pyslurm(d: Mapping[str, Any]) -> SlurmJob:
     submit = _ts(d.get("submit_time"))
     if submit is None:
         raise ValueError("no submit_time")
-    finished = state not in ACTIVE_STATES
-    return SlurmJob(
+    finished = state not in st.ACTIVE_STATES
+    return st.SlurmJob(
         job_id=job_id,
         display_id=parse._display_id(job_id, array_job, task, pending, None, None),
         cluster=str(d.get("cluster") or ""), submit_time=submit,
@@ -84,7 +70,7 @@ def job_from_pyslurm(d: Mapping[str, Any]) -> SlurmJob:
         reason=str(d.get("state_reason") or "") if state == "PENDING" else "",
         wait_reason=(str(d.get("state_reason") or "")
                      if state != "PENDING" and d.get("state_reason") != "None" else ""),
-        exit=(ExitStatus(int(d.get("exit_code") or 0), int(d.get("exit_code_signal") or 0))
+        exit=(st.ExitStatus(int(d.get("exit_code") or 0), int(d.get("exit_code_signal") or 0))
               if finished else None),
         eligible_time=_ts(d.get("eligible_time")), start_time=_ts(d.get("start_time")),
         end_time=_ts(d.get("end_time")) if finished else None,
@@ -101,6 +87,8 @@ def job_from_pyslurm(d: Mapping[str, Any]) -> SlurmJob:
 class SlurmPyslurm:
     """Talks to slurmctld/slurmdbd through pyslurm (see the module docstring)."""
 
+    can_cancel = False  # read-only here: Beacon cancels with cli or rest
+
     cluster: str = ""
 
     @classmethod
@@ -114,7 +102,7 @@ class SlurmPyslurm:
         except Exception as exc:  # pyslurm raises RPCError for daemons that are down
             raise TransientAdapterError(f"pyslurm {what}: {exc}", service="slurm") from exc
 
-    def _jobs(self, **filters: Any) -> Iterator[SlurmJob | RecordError]:
+    def _jobs(self, **filters: Any) -> Iterator[st.SlurmJob | st.RecordError]:
         ps = _pyslurm()
         if self.cluster:
             filters["clusters"] = [self.cluster]
@@ -124,50 +112,51 @@ class SlurmPyslurm:
             try:
                 yield job_from_pyslurm(data)
             except (KeyError, ValueError, TypeError) as exc:
-                yield RecordError(index, data.get("id"), f"{type(exc).__name__}: {exc}")
+                yield st.RecordError(index, data.get("id"), f"{type(exc).__name__}: {exc}")
 
     def change_marker(self) -> str:
         # No cheap counter is exposed: the newest submit time among loaded jobs stands in.
         jobs = self._call("jobs", _pyslurm().Jobs.load)
         return f"{len(jobs)}:{max((j.submit_time or 0 for j in jobs.values()), default=0)}"
 
-    def jobs_since(self, since: datetime | None) -> Iterator[SlurmJob | RecordError]:
+    def jobs_since(self, since: datetime | None) -> Iterator[st.SlurmJob | st.RecordError]:
         start = int(since.timestamp()) if since else 0
         return self._jobs(start_time=start, end_time=int(datetime.now(tz=UTC).timestamp()))
 
-    def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[SlurmJob | RecordError]:
+    def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[st.SlurmJob | st.RecordError]:
         return self._jobs(ids=[int(i) for i in job_ids])
 
-    def exit_codes(self, job_ids: Iterable[int]) -> dict[int, ExitStatus]:
+    def exit_codes(self, job_ids: Iterable[int]) -> dict[int, st.ExitStatus]:
         return {j.job_id: j.exit for j in self._jobs(ids=[int(i) for i in job_ids])
-                if isinstance(j, SlurmJob) and j.exit is not None}
+                if isinstance(j, st.SlurmJob) and j.exit is not None}
 
-    def queue(self) -> list[QueueEntry]:
+    def queue(self) -> list[st.QueueEntry]:
         jobs = self._call("jobs", _pyslurm().Jobs.load)
         out = []
         for job in jobs.values():
             state = parse._state(job.state)
             pending = state == "PENDING"
-            if state in ACTIVE_STATES:
-                out.append(QueueEntry(
+            if state in st.ACTIVE_STATES:
+                out.append(st.QueueEntry(
                     job_id=int(job.id), state=state, user_name=str(job.user_name or ""),
                     reason=str(job.state_reason or "") if pending else "",
                     estimated_start=_ts(job.start_time) if pending else None))
         return out
 
-    def nodes(self) -> list[SlurmNode]:
+    def nodes(self) -> list[st.SlurmNode]:
         nodes = self._call("nodes", _pyslurm().Nodes.load)
-        return [SlurmNode(name=n.name, state=str(n.state).lower(), partitions=tuple(n.partitions),
-                          cpus=int(n.total_cpus or 0), memory_mb=int(n.real_memory or 0),
-                          gpu_type=cparse._gres_total(str(n.configured_gres or ""))[0],
-                          gpu_count=cparse._gres_total(str(n.configured_gres or ""))[1],
-                          reason=str(n.reason or "")) for n in nodes.values()]
+        return [st.SlurmNode(name=n.name, state=str(n.state).lower(),
+                             partitions=tuple(n.partitions),
+                             cpus=int(n.total_cpus or 0), memory_mb=int(n.real_memory or 0),
+                             gpu_type=cparse._gres_total(str(n.configured_gres or ""))[0],
+                             gpu_count=cparse._gres_total(str(n.configured_gres or ""))[1],
+                             reason=str(n.reason or "")) for n in nodes.values()]
 
-    def partitions(self) -> list[SlurmPartition]:
+    def partitions(self) -> list[st.SlurmPartition]:
         parts = self._call("partitions", _pyslurm().Partitions.load)
-        return [SlurmPartition(name=p.name, state=str(p.state).lower(),
-                               is_default=bool(p.is_default), nodes=str(p.nodes or ""),
-                               max_time_min=p.max_time if isinstance(p.max_time, int) else None)
+        return [st.SlurmPartition(name=p.name, state=str(p.state).lower(),
+                                  is_default=bool(p.is_default), nodes=str(p.nodes or ""),
+                                  max_time_min=p.max_time if isinstance(p.max_time, int) else None)
                 for p in parts.values()]
 
     def job_scripts(self, job_ids: Iterable[int]) -> dict[str, str]:
@@ -195,24 +184,27 @@ class SlurmPyslurm:
         return AdapterError(f"{what} is not available through the pyslurm backend: use cli",
                             service="slurm")
 
-    def gpu_bindings(self) -> list[GpuBinding]:
+    def gpu_bindings(self) -> list[st.GpuBinding]:
         raise self._unsupported("GPU index binding")
 
-    def associations(self) -> list[Association]:
+    def associations(self) -> list[st.Association]:
         raise self._unsupported("associations")
 
-    def shares(self) -> list[ShareRow]:
+    def shares(self) -> list[st.ShareRow]:
         raise self._unsupported("fairshare")
 
-    def account_limits(self, account: str) -> Association | None:
+    def account_limits(self, account: str) -> st.Association | None:
         raise self._unsupported("associations")
 
-    def usage_report(self, start: datetime, end: datetime, tres: str) -> list[UsageRow]:
+    def usage_report(self, start: datetime, end: datetime, tres: str) -> list[st.UsageRow]:
         raise self._unsupported("usage reports")
 
-    def job_allocations(self, start: datetime, end: datetime) -> list[JobAllocation]:
+    def job_allocations(self, start: datetime, end: datetime) -> list[st.JobAllocation]:
         raise self._unsupported("window allocations")
 
     def set_account_limit(self, account: str, tres: str, minutes: int | None,
-                          dry_run: bool = False) -> LimitChange:
+                          dry_run: bool = False) -> st.LimitChange:
         raise self._unsupported("quota writes")
+
+    def cancel_job(self, job_id: int) -> None:
+        raise self._unsupported("cancelling jobs")

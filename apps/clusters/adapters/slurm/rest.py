@@ -3,7 +3,7 @@
 Bodies have the shape of ``sacct/squeue/sinfo --json`` and go through the same parsers. A
 version is a row in ``API_VERSIONS`` (its URL prefixes); a newer one (v0.0.39+, Slurm 23.02)
 adds a row plus whatever its data parser changed (wrapped numbers and state lists are
-already accepted by ``slurm_parse``).
+already accepted by ``parse``).
 
 Options (``Cluster.slurm_settings``): ``url`` ("http://127.0.0.1:6820"), ``user`` (the
 ``X-SLURM-USER-NAME``), ``token`` or ``token_file`` (a JWT from ``scontrol token``; the file
@@ -33,24 +33,10 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 
-from apps.clusters.adapters import slurm_parse as parse
-from apps.clusters.adapters import slurm_parse_cluster as cparse
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
-from apps.clusters.adapters.slurm import (
-    ACTIVE_STATES,
-    Association,
-    ExitStatus,
-    GpuBinding,
-    JobAllocation,
-    LimitChange,
-    QueueEntry,
-    RecordError,
-    ShareRow,
-    SlurmJob,
-    SlurmNode,
-    SlurmPartition,
-    UsageRow,
-)
+from apps.clusters.adapters.slurm import parse
+from apps.clusters.adapters.slurm import parse_cluster as cparse
+from apps.clusters.adapters.slurm import types as st
+from apps.core.errors import AdapterError, TransientAdapterError
 
 
 @dataclass(frozen=True)
@@ -114,6 +100,8 @@ def _read_token(options: Mapping[str, Any]) -> str:
 @dataclass
 class SlurmRest:
     """Talks to slurmrestd over HTTP with a JWT (see the module docstring)."""
+
+    can_cancel = True
 
     url: str
     user: str
@@ -189,7 +177,7 @@ class SlurmRest:
             raise TransientAdapterError(f"slurmrestd {path} reported errors: {text[:200]}",
                                         service="slurm", detail=text)
 
-    def _stream_jobs(self, params: dict[str, str]) -> Iterator[SlurmJob | RecordError]:
+    def _stream_jobs(self, params: dict[str, str]) -> Iterator[st.SlurmJob | st.RecordError]:
         """Stream ``/slurmdb/.../jobs`` through the sacct parser (bounded memory).
 
         slurmrestd answers 200 with an ``errors`` list when slurmdbd fails behind it (and
@@ -218,7 +206,7 @@ class SlurmRest:
         except ValueError as exc:
             raise AdapterError(f"slurmrestd diag: {exc}", service="slurm") from exc
 
-    def jobs_since(self, since: datetime | None) -> Iterator[SlurmJob | RecordError]:
+    def jobs_since(self, since: datetime | None) -> Iterator[st.SlurmJob | st.RecordError]:
         # sacct-style times only (epoch gives HTTP 500); relative avoids time zones.
         if since is None:
             start = "2000-01-01T00:00:00"  # slurmrestd cannot parse 1970
@@ -229,36 +217,36 @@ class SlurmRest:
             params["state"] = self.api.window_states
         return self._stream_jobs(params)
 
-    def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[SlurmJob | RecordError]:
+    def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[st.SlurmJob | st.RecordError]:
         ids = [int(i) for i in job_ids]
         for start in range(0, len(ids), _ID_CHUNK):
             chunk = ids[start:start + _ID_CHUNK]
             yield from self._stream_jobs({"step": ",".join(map(str, chunk))})
 
-    def exit_codes(self, job_ids: Iterable[int]) -> dict[int, ExitStatus]:
+    def exit_codes(self, job_ids: Iterable[int]) -> dict[int, st.ExitStatus]:
         wanted = {int(i) for i in job_ids}
         entries = parse.parse_squeue_json(self._json(f"{self.api.slurm}/jobs"))
         return {e.job_id: e.exit for e in entries if e.job_id in wanted and e.exit is not None}
 
-    def queue(self) -> list[QueueEntry]:
+    def queue(self) -> list[st.QueueEntry]:
         entries = parse.parse_squeue_json(self._json(f"{self.api.slurm}/jobs"))
-        return [e for e in entries if e.state in ACTIVE_STATES]
+        return [e for e in entries if e.state in st.ACTIVE_STATES]
 
-    def gpu_bindings(self) -> list[GpuBinding]:
+    def gpu_bindings(self) -> list[st.GpuBinding]:
         return parse.bindings_from_squeue(self._json(f"{self.api.slurm}/jobs"))
 
-    def nodes(self) -> list[SlurmNode]:
+    def nodes(self) -> list[st.SlurmNode]:
         return cparse.parse_sinfo_json(self._json(f"{self.api.slurm}/nodes"))
 
-    def partitions(self) -> list[SlurmPartition]:
+    def partitions(self) -> list[st.SlurmPartition]:
         return cparse.parse_rest_partitions(self._json(f"{self.api.slurm}/partitions"))
 
-    def associations(self) -> list[Association]:
+    def associations(self) -> list[st.Association]:
         params = {"cluster": self.cluster} if self.cluster else None
         return cparse.parse_rest_associations(
             self._json(f"{self.api.slurmdb}/associations", params))
 
-    def shares(self) -> list[ShareRow]:
+    def shares(self) -> list[st.ShareRow]:
         raise AdapterError("fairshare (sshare) has no slurmrestd endpoint in Slurm 22.05: "
                            "use the cli backend for shares", service="slurm")
 
@@ -273,21 +261,44 @@ class SlurmRest:
 
     # --- chargeback and quotas: what 22.05's slurmrestd offers cheaply ----------------------
 
-    def account_limits(self, account: str) -> Association | None:
+    def account_limits(self, account: str) -> st.Association | None:
         rows = [a for a in self.associations() if a.account == account and not a.user]
         return rows[0] if rows else None
 
-    def usage_report(self, start: datetime, end: datetime, tres: str) -> list[UsageRow]:
+    def usage_report(self, start: datetime, end: datetime, tres: str) -> list[st.UsageRow]:
         raise AdapterError("slurmrestd 22.05 has no usage report (sreport): reconcile with "
                            "the cli backend", service="slurm")
 
-    def job_allocations(self, start: datetime, end: datetime) -> list[JobAllocation]:
+    def job_allocations(self, start: datetime, end: datetime) -> list[st.JobAllocation]:
         raise AdapterError("slurmrestd 22.05 cannot truncate jobs to a window (sacct -T): "
                            "reconcile with the cli backend", service="slurm")
 
     def set_account_limit(self, account: str, tres: str, minutes: int | None,
-                          dry_run: bool = False) -> LimitChange:
+                          dry_run: bool = False) -> st.LimitChange:
         # POST /slurmdb/v0.0.38/associations replaces whole association records: writing one
         # limit that way risks resetting the others, so quotas are written with sacctmgr.
         raise AdapterError("quota writes need the cli backend (sacctmgr): slurmrestd 22.05 "
                            "would rewrite the whole association", service="slurm")
+
+    def cancel_job(self, job_id: int) -> None:
+        """``DELETE /slurm/<version>/job/{id}`` (SIGKILL by default, as scancel)."""
+        path = f"{self.api.slurm}/job/{int(job_id)}"
+        try:
+            resp = self.session.delete(f"{self.url}{path}",
+                                       timeout=(min(self.timeout, 10), self.timeout))
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise TransientAdapterError(f"slurmrestd unreachable at {self.url}: {exc}",
+                                        service="slurm") from exc
+        except requests.RequestException as exc:
+            raise AdapterError(f"slurmrestd request failed: {exc}", service="slurm") from exc
+        if resp.status_code != 200:
+            if "already completing or completed" in resp.text:
+                return  # ended meanwhile: nothing to cancel
+            self._fail(path, resp)
+        try:
+            errors = resp.json().get("errors")
+        except ValueError:
+            errors = None
+        if errors and "already completing or completed" not in json.dumps(errors):
+            raise AdapterError(f"slurmrestd refused to cancel job {job_id}: "
+                               f"{json.dumps(errors)[:200]}", service="slurm")

@@ -1,12 +1,9 @@
-"""The Slurm adapter: one typed interface, three backends (CLI, slurmrestd, pyslurm).
+"""The Slurm adapter's types: the frozen dataclasses every backend returns, and the interface.
 
-Every backend returns the frozen dataclasses below, parsed at the boundary by
-``slurm_parse`` (pure functions, shared by all backends and by ``import_sacct``). Failures
-are ``AdapterError``; a daemon that is down or slow is a ``TransientAdapterError``.
-
-Choose a backend with :func:`slurm_client` (``Cluster.slurm_backend`` + ``slurm_settings``);
-a backend module is imported only when it is selected, so ``pyslurm`` is never imported on a
-site that does not use it.
+Every backend returns these, parsed at the boundary by ``parse``/``parse_cluster`` (pure
+functions, shared by all backends and by ``import_sacct``). Failures are ``AdapterError``; a
+daemon that is down or slow is a ``TransientAdapterError``. No other module of the package is
+imported here, so every one of them can import this one.
 """
 
 from __future__ import annotations
@@ -14,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
-
-from apps.clusters.adapters.base import AdapterError
+from typing import Protocol
 
 # --- Value types ----------------------------------------------------------------------
 
@@ -252,6 +247,10 @@ ACTIVE_STATES = frozenset(
 class SlurmClient(Protocol):
     """What Beacon asks of a Slurm cluster. Every backend implements all of it."""
 
+    # Capabilities: what a backend can do beyond reading (a backend that cannot raises
+    # AdapterError when asked; callers check first to say "unsupported" in words).
+    can_cancel: bool
+
     def change_marker(self) -> str:
         """One cheap scheduler call whose answer changes when jobs are submitted, start or end.
 
@@ -318,28 +317,10 @@ class SlurmClient(Protocol):
         asks Slurm to check the change and discard it. Refusals are ``AdapterError``."""
         ...
 
+    def cancel_job(self, job_id: int) -> None:
+        """End a pending or running job, as ``scancel <id>`` does (the idle-job policy).
 
-def slurm_client(backend: str, options: Mapping[str, Any]) -> SlurmClient:
-    """Build the backend named ``backend`` ("cli", "rest", "pyslurm", "files") from its options.
+        A job that has already ended is not an error. Refusals are ``AdapterError``; a
+        backend without ``can_cancel`` raises one too."""
+        ...
 
-    Options are ``Cluster.slurm_settings`` plus the cluster name; each backend documents
-    its own keys. Unknown backends are an ``AdapterError``.
-    """
-    if backend == "cli":
-        from apps.clusters.adapters.slurmcli import SlurmCli
-
-        return SlurmCli.from_options(options)
-    if backend == "rest":
-        from apps.clusters.adapters.slurmrest import SlurmRest
-
-        return SlurmRest.from_options(options)
-    if backend == "files":
-        from apps.clusters.adapters.slurmfiles import SlurmFiles
-
-        return SlurmFiles.from_options(options)
-    if backend == "pyslurm":
-        from apps.clusters.adapters.pyslurm import SlurmPyslurm
-
-        return SlurmPyslurm.from_options(options)
-    raise AdapterError(f"unknown Slurm backend {backend!r} (expected cli, rest, pyslurm or files)",
-                       service="slurm")

@@ -1,6 +1,6 @@
 """Pure parsers for Slurm job records: ``sacct --json`` (streamed), ``squeue --json``,
 ``scontrol -d show job`` and ``sacct -P -o JobIDRaw,ExitCode``. Cluster-level output (nodes,
-partitions, associations, fairshare, sdiag) is in ``slurm_parse_cluster``.
+partitions, associations, fairshare, sdiag) is in ``parse_cluster``.
 
 No I/O except reading the stream handed in, no Django: every backend and ``import_sacct``
 share these. Shapes are those of Slurm 22.05 (data parser v0.0.38 / dbv0.0.38, also
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from apps.clusters.adapters.slurm import (
+from apps.clusters.adapters.slurm.types import (
     ACTIVE_STATES,
     ExitStatus,
     GpuBinding,
