@@ -228,6 +228,10 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("get", "chargeback-finalise", STATEMENT, everyone(405)),
     ("post", "chargeback-adjust", STATEMENT, admin_post()),  # no amount: refused, 303
     ("post", "chargeback-terms", NO_ARGS, admin_post()),
+    ("get", "chargeback-rates", NO_ARGS, admin_only()),
+    ("post", "chargeback-rates", NO_ARGS, admin_post(400)),  # empty form: shown again, 400
+    ("get", "chargeback-rate-edit", RATE, admin_only()),
+    ("post", "chargeback-rate-edit", RATE, admin_post(400)),
     ("post", "chargeback-refresh", NO_ARGS, admin_post()),
     ("post", "chargeback-reconcile", NO_ARGS, admin_post()),  # no such cluster: 303
     ("get", "chargeback-reconciliation", RECONCILIATION, admin_only()),
