@@ -35,6 +35,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.analysis import security_rules
+from apps.analysis.components import alias_table
 from apps.analysis.secret_shapes import MAX_TEXT
 from apps.analysis.security_types import (
     Allocation,
@@ -50,12 +51,13 @@ from apps.analysis.security_types import (
 )
 from apps.analysis.sshd_log import SshRecord, events
 from apps.analysis.timeseries import Series
-from apps.clusters.adapters.base import AdapterError
+from apps.clusters import services as cluster_services
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.slurm import SlurmClient
-from apps.clusters.adapters.slurm_parse import expand_hostlist
+from apps.clusters.adapters.slurm.parse import expand_hostlist
 from apps.clusters.models import Cluster, Node
 from apps.core.batch import forked
+from apps.core.errors import AdapterError
 from apps.jobs.archive import catalogue_for
 from apps.jobs.models import Job, JobGpu
 from apps.security import findings
@@ -64,10 +66,14 @@ from apps.security.frames import Grid, build_frame
 from apps.security.models import (
     Advisory,
     AllowListEntry,
+    ComponentAlias,
+    IbStorageBaseline,
     NodeInventory,
+    QuietSchedule,
     ScriptScan,
     SecurityRule,
     ServiceProbe,
+    SshAllowedSource,
     SshLogEvent,
 )
 
@@ -208,9 +214,35 @@ def _allow(cluster: Cluster, since: datetime, until: datetime, now: datetime) ->
             quiet.append(QuietWindow(value, _ts(e.starts_at), _ts(e.ends_at), e.reason))
         elif e.kind == AllowListEntry.Kind.VERSION and "=" in value:
             software, version = value.split("=", 1)
-            versions.add((software.strip().lower().replace("-", "_"), version.strip()))
+            versions.add((software.strip(), version.strip()))
+    quiet.extend(_quiet_schedules(cluster, since, until))
     quiet.extend(_drained_now(cluster, since, until, now))
-    return Allow(frozenset(admins), frozenset(exempt), tuple(quiet), frozenset(versions))
+    mine = Q(cluster=cluster) | Q(cluster__isnull=True)
+    sources = tuple(s.as_source() for s in SshAllowedSource.objects.filter(mine))
+    baselines = tuple(b.as_baseline() for b in IbStorageBaseline.objects.filter(mine))
+    return Allow(frozenset(admins), frozenset(exempt), tuple(quiet), frozenset(versions),
+                 sources, baselines, _partitions(cluster) if baselines else {},
+                 alias_table(dict(ComponentAlias.objects.values_list("alias", "component"))))
+
+
+def _quiet_schedules(cluster: Cluster, since: datetime, until: datetime) -> list[QuietWindow]:
+    """The enabled quiet windows of this cluster (and of all) that may touch the window
+    and its look-back; recurring ones in the cluster's time zone."""
+    start = _frame_start(since)
+    rows = QuietSchedule.objects.filter(Q(cluster=cluster) | Q(cluster__isnull=True),
+                                        enabled=True) \
+        .filter(Q(ends_at__isnull=True) | Q(ends_at__gte=start - timedelta(days=1))) \
+        .filter(Q(starts_at__isnull=True) | Q(starts_at__lte=until + timedelta(days=1)))
+    return [row.as_window(cluster.timezone or "UTC") for row in rows]
+
+
+def _partitions(cluster: Cluster) -> dict[str, frozenset[str]]:
+    """Node name -> its Slurm partitions (for baselines given per partition)."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for node, partition in Node.partitions.through.objects.filter(node__cluster=cluster) \
+            .values_list("node__name", "partition__name"):
+        found[node].add(partition)
+    return {node: frozenset(names) for node, names in found.items()}
 
 
 def _drained_now(cluster: Cluster, since: datetime, until: datetime,
@@ -311,7 +343,7 @@ def _raw_telemetry(cluster: Cluster, catalogue: Any, start: float, end: float,
         if isinstance(sources.raw, AdapterError):
             raise sources.raw
         return sources.raw or telemetry.from_openmetrics(paths, catalogue, start, end)
-    client = sources.prometheus or _prometheus(cluster)
+    client = sources.prometheus or cluster_services.prometheus_for(cluster)
     if client is None:
         report.sources["telemetry"] = "skipped: no Prometheus URL and no telemetry files"
         report.skip("telemetry: no Prometheus URL and no telemetry files")
@@ -346,11 +378,6 @@ def read_ahead(cluster: Cluster, slices: list[tuple[datetime, datetime]],
                 yield exc
 
     yield from forked(produce, chunk=1)  # one slice ahead: the pipe blocks the child
-
-
-def _prometheus(cluster: Cluster) -> PrometheusClient | None:
-    url = cluster.prometheus_url or settings.PROMETHEUS_URL
-    return PrometheusClient(url, timeout=settings.PROMETHEUS_TIMEOUT) if url else None
 
 
 def _bindings(cluster: Cluster, start: datetime, until: datetime) -> tuple[
@@ -409,9 +436,7 @@ def _fetch_scripts(cluster: Cluster, jobs: list[Job], sources: Sources,
         return {job.job_id: _script_files(sources.scripts, job.job_id) for job in jobs}
     client = sources.slurm
     if client is None:
-        from apps.clusters.sync import client_for
-
-        client = client_for(cluster)
+        client = cluster_services.client_for(cluster)
     ids = [j.job_id for j in jobs]
     stored = client.job_scripts(ids)
     try:

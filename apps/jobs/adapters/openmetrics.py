@@ -25,13 +25,13 @@ from apps.analysis.timeseries import (
     combine,
     counter_rate,
 )
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.catalogue import (
     Catalogue,
     group_by_gpu,
     node_sample_wanted,
 )
 from apps.clusters.adapters.promql import host_of
+from apps.core.errors import AdapterError
 
 SERVICE = "openmetrics"
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")

@@ -25,7 +25,6 @@ from itertools import pairwise
 from pathlib import Path
 
 from apps.analysis.timeseries import Point, Series, counter_rate
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.catalogue import Catalogue
 from apps.clusters.adapters.prometheus import (
     PrometheusClient,
@@ -41,6 +40,7 @@ from apps.clusters.adapters.promql import (
     host_of,
     selector,
 )
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.openmetrics import read_series
 
 GPU_MEASURES = ("gpu_util", "fb_used", "sm_active", "tensor_active", "power", "nvlink_tx")
