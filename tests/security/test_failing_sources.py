@@ -16,7 +16,6 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from apps.analysis.timeseries import Series
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.adapters.catalogue import Catalogue
 from apps.clusters.adapters.prometheus import (
     QueryError,
@@ -24,6 +23,7 @@ from apps.clusters.adapters.prometheus import (
     QueryTimeout,
     _error_for,
 )
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.core.models import TaskRun
 from apps.security import notify, services
 from apps.security.adapters.telemetry import from_prometheus
