@@ -31,7 +31,6 @@ from django.utils import timezone
 
 from apps.accounts.services import portal_users_by_slurm_name
 from apps.analysis.chargeback import gpu_allocation
-from apps.clusters.adapters import slurm_parse
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
     ExitStatus,
@@ -39,6 +38,7 @@ from apps.clusters.adapters.slurm import (
     SlurmJob,
     change_time,
 )
+from apps.clusters.adapters.slurm import parse as slurm_parse
 from apps.clusters.models import Cluster, SlurmAccount
 from apps.clusters.upsert import existing_rows, refresh_statistics, upsert_jobs
 from apps.core.batch import fewer_collections, forked

@@ -22,7 +22,7 @@ from django.db.models import Q
 from apps.analysis.job_labels import MAX_SCRIPT, LabelRules, match_labels, rules_from_dict
 from apps.clusters.adapters.slurm import SlurmClient
 from apps.clusters.models import Cluster
-from apps.clusters.sync import client_for
+from apps.clusters.services import client_for
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job
 

@@ -24,15 +24,17 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.analysis.phases import (
+    PHASES,
     PhaseConfig,
+    RankResult,
     TraceAnalysis,
     TraceAnalysisError,
     analyze,
     recorded_span,
 )
 from apps.analysis.trace_types import RankTrace
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.models import Cluster
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.kineto import (
     MIB,
     TRACE_SUFFIXES,
@@ -164,21 +166,35 @@ def _store(job: Job, traces: Sequence[RankTrace], analysis: TraceAnalysis,
         "files": [{"name": Path(t.source).name, "rank": t.rank, "sha256": t.sha256}
                   for t in traces],
         "world_size": analysis.world_size, "steps": analysis.steps,
-        "timeline": analysis.timeline, "dominant_phase": analysis.dominant_phase or "",
+        "timeline": analysis.timeline, "dominant_phase": (analysis.dominant_phase or "")[:200],
         "straggler_rank": straggler.rank if straggler else None,
-        "straggler_phase": straggler.phase if straggler else "",
+        "straggler_phase": straggler.phase[:200] if straggler else "",
         "straggler_excess_ms": round(straggler.excess_ms, 3) if straggler else None,
+        "straggler_steps": list(straggler.steps) if straggler else [],
+        "straggler_intermittent": straggler.intermittent if straggler else False,
         "waiting_ranks": list(analysis.waiting_ranks),
-        "communication_bound": analysis.communication_bound, "partial": analysis.partial,
+        "communication_bound": analysis.communication_bound,
+        "gpu_idle_share": analysis.gpu_idle_share, "mixed_runs": analysis.mixed_runs,
+        "verdict": analysis.summary, "partial": analysis.partial,
         "warnings": list(analysis.warnings),
         "recorded_start": span[0] if span else None, "recorded_end": span[1] if span else None,
     })
     run.ranks.all().delete()
-    TraceRankPhases.objects.bulk_create([
-        TraceRankPhases(trace_run=run, rank=r.rank, step_ms=round(r.step_ms, 3),
-                        **{f"{p}_ms": round(v, 3) for p, v in r.phases_ms.items()})
-        for r in analysis.ranks])
+    TraceRankPhases.objects.bulk_create([_rank_row(run, r) for r in analysis.ranks])
     return run
+
+
+def _rank_row(run: TraceRun, rank: RankResult) -> TraceRankPhases:
+    phases = rank.phases_ms
+    gpu = rank.gpu
+    origin = rank.origin
+    return TraceRankPhases(
+        trace_run=run, rank=rank.rank, step_ms=round(rank.step_ms, 3),
+        **{f"{p}_ms": round(phases[p], 3) for p in PHASES},
+        annotations_ms={k[:200]: round(v, 3) for k, v in phases.items() if k not in PHASES},
+        **({f"gpu_{k}": round(v, 3) for k, v in gpu.as_dict().items()} if gpu else {}),
+        device_host=origin.host[:255], device_index=origin.device,
+        device_name=origin.device_name[:128])
 
 
 def _names(paths: Sequence[Path]) -> str:

@@ -49,12 +49,13 @@ from apps.analysis.security_types import (
 )
 from apps.analysis.sshd_log import SshRecord, events
 from apps.analysis.timeseries import Series
-from apps.clusters.adapters.base import AdapterError
+from apps.clusters import services as cluster_services
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.slurm import SlurmClient
-from apps.clusters.adapters.slurm_parse import expand_hostlist
+from apps.clusters.adapters.slurm.parse import expand_hostlist
 from apps.clusters.models import Cluster, Node
 from apps.core.batch import forked
+from apps.core.errors import AdapterError
 from apps.jobs.archive import catalogue_for
 from apps.jobs.models import Job, JobGpu
 from apps.security import findings, saved_scripts
@@ -319,12 +320,13 @@ def _raw_telemetry(cluster: Cluster, catalogue: Any, start: float, end: float,
         if isinstance(sources.raw, AdapterError):
             raise sources.raw
         return sources.raw or telemetry.from_openmetrics(paths, catalogue, start, end)
-    client = sources.prometheus or _prometheus(cluster)
+    client = sources.prometheus or cluster_services.prometheus_for(cluster)
     if client is None:
         report.sources["telemetry"] = "skipped: no Prometheus URL and no telemetry files"
         report.skip("telemetry: no Prometheus URL and no telemetry files")
         return None
-    step = max(catalogue.scrape_interval, 60.0, (end - start) / 2000)
+    step = max(catalogue.scrape_interval, float(settings.SECURITY_TELEMETRY_MIN_STEP),
+               (end - start) / 2000)
     report.sources["telemetry"] = f"prometheus {client.base_url}"
     return telemetry.from_prometheus(client, catalogue, start, end, step)
 
@@ -353,11 +355,6 @@ def read_ahead(cluster: Cluster, slices: list[tuple[datetime, datetime]],
                 yield exc
 
     yield from forked(produce, chunk=1)  # one slice ahead: the pipe blocks the child
-
-
-def _prometheus(cluster: Cluster) -> PrometheusClient | None:
-    url = cluster.prometheus_url or settings.PROMETHEUS_URL
-    return PrometheusClient(url, timeout=settings.PROMETHEUS_TIMEOUT) if url else None
 
 
 def _bindings(cluster: Cluster, start: datetime, until: datetime) -> tuple[
@@ -419,9 +416,7 @@ def _fetch_scripts(cluster: Cluster, jobs: list[Job], sources: Sources,
     if client is None:
         if cluster.slurm_backend == Cluster.SlurmBackend.NONE:
             raise AdapterError("no Slurm backend and no scripts folder", service="slurm")
-        from apps.clusters.sync import client_for
-
-        client = client_for(cluster)
+        client = cluster_services.client_for(cluster)
     ids = [j.job_id for j in jobs]
     stored = client.job_scripts(ids)
     try:

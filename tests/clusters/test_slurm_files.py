@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError
-from apps.clusters.adapters.slurm import slurm_client
+from apps.clusters.adapters.slurm.registry import slurm_client
 from apps.clusters.models import Cluster, Node, Partition
+from apps.core.errors import AdapterError
 from apps.jobs.models import Job
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.clusters.adapters import slurm_parse as parse
-from apps.clusters.adapters.slurm import ExitStatus, RecordError, SlurmJob
+from apps.clusters.adapters.slurm import ExitStatus, RecordError, SlurmJob, parse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 

@@ -9,8 +9,8 @@ from django.core.management import CommandError, call_command
 
 from apps.analysis import compact
 from apps.analysis.timeseries import GpuKey
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.models import Node
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.core.models import TaskRun
 from apps.jobs import archive, services, tasks
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary
@@ -22,6 +22,8 @@ BUSY = {"gpu_util": 0.9, "sm_active": 0.2, "tensor_active": 0.1, "fb_used": 6000
 
 @pytest.fixture
 def job(world) -> Job:
+    world.cluster.prometheus_url = "http://127.0.0.1:9"  # a source to queue archives for
+    world.cluster.save()
     return world.jobs["bob"]  # 8 GPUs, 60 minutes, finished
 
 
@@ -133,8 +135,15 @@ def test_a_refresh_is_enqueued_once_per_interval(job, monkeypatch,
     assert calls == [(job.pk,)]
 
 
-def test_pending_lists_finished_unarchived_jobs(world, job):
+def test_pending_lists_finished_unarchived_jobs(world, job, settings):
     recent = make_job(world.cluster, 900, world.users["bob"], world.team_a)
+    settings.PROMETHEUS_URL = ""
+    world.cluster.prometheus_url = ""
+    world.cluster.save()
+    # a cluster without Prometheus: its task could only fail, so none is queued
+    assert recent.pk not in archive.pending_job_pks(lookback_days=3650)
+    world.cluster.prometheus_url = "http://127.0.0.1:9"
+    world.cluster.save()
     pks = archive.pending_job_pks(lookback_days=3650)
     assert recent.pk in pks
     archive.archive_job(recent, source_for(recent))

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from apps.clusters.adapters.base import AdapterError
+from apps.core.errors import AdapterError
 from apps.core.models import TaskRun
 from apps.security import services
 from apps.security.detection import Sources, detect

@@ -34,7 +34,7 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from apps.analysis.timeseries import Point, Series
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
+from apps.core.errors import AdapterError, TransientAdapterError
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from apps.clusters.adapters.catalogue import (
     group_by_gpu,
 )
 from apps.clusters.adapters.prometheus import PrometheusClient
-from apps.clusters.adapters.promql import Matcher, check_job_id, duration, selector
+from apps.clusters.adapters.promql import Matcher, check_job_id, duration, host_of, selector
 
 MAX_POINTS = 300
 DEFAULT_MAX_SAMPLES = 50_000_000  # Prometheus' default --query.max-samples
@@ -140,15 +140,13 @@ def fetch_nodes(client: PrometheusClient, catalogue: Catalogue, hosts: Iterable[
     if not hosts:
         return
     p = telemetry.plan
-    sel = ",".join(m.render() for m in (Matcher.host(catalogue.node_label, hosts),
-                                        *_cluster(catalogue)))
+    sel = [Matcher.host(catalogue.node_label, hosts), *_cluster(catalogue)]
     rate_window = duration(max(p.step, 4 * catalogue.scrape_interval))
-    for name, (template, _unit) in catalogue.node_queries().items():
-        expr = template.format(node=catalogue.node_label, sel=sel, w=rate_window)
+    for name, (expr, _unit) in catalogue.node_queries(sel, rate_window).items():
         result = client.query_range(expr, p.first, p.window.end, p.step)
         telemetry.warnings.extend(result.warnings)
         for series in result.series:
-            host = series.labels.get(catalogue.node_label, "").split(":", 1)[0]
+            host = host_of(series.labels.get(catalogue.node_label, ""))
             telemetry.nodes.setdefault(host, {})[name] = series
 
 

@@ -25,10 +25,17 @@ from itertools import pairwise
 from pathlib import Path
 
 from apps.analysis.timeseries import Point, Series, counter_rate
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.catalogue import Catalogue
 from apps.clusters.adapters.prometheus import PrometheusClient
-from apps.clusters.adapters.promql import Matcher, any_of, duration, selector
+from apps.clusters.adapters.promql import (
+    Matcher,
+    counter_sum,
+    deduplicated,
+    duration,
+    host_of,
+    selector,
+)
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.openmetrics import read_series
 
 GPU_MEASURES = ("gpu_util", "fb_used", "sm_active", "tensor_active", "power", "nvlink_tx")
@@ -111,23 +118,41 @@ def _scaled(series: Series, scale: float) -> Series:
     return Series(series.metric, series.labels, tuple((t, v * scale) for t, v in series.points))
 
 
+def node_queries(catalogue: Catalogue, step: float) -> dict[str, str]:
+    """The PromQL of every node measure (``NODE_FAMILIES``, then CPU) for a window read at
+    ``step``: each counter name its own selector (``promql.counter_sum``), since rate()
+    drops the name and a port's received and transmitted series share every other label.
+
+    ``increase`` measures count each bucket over one more scrape interval: a counter that
+    jumps between the last sample of one bucket and the first of the next is seen by
+    that bucket (``increase`` over exactly the step would miss it); a jump inside the
+    overlap may be counted by two buckets, never by none.
+    """
+    node, cluster = catalogue.node_label, _cluster(catalogue)
+    rate_window = duration(max(step, 4 * catalogue.scrape_interval))
+    queries = {}
+    for measure, (families, how) in NODE_FAMILIES.items():
+        matchers = [*cluster, Matcher.not_matching("device", "lo|ib.*")] \
+            if measure == "egress" else cluster
+        by = [node, "device"] if measure == "ib" else [node]
+        width = duration(step + catalogue.scrape_interval) if how == "increase" \
+            else rate_window
+        queries[measure] = counter_sum(families, matchers, width, by, fn=how)
+    idle = [Matcher.eq("mode", "idle"), *cluster]
+    cores = f"count by ({node}) ({deduplicated(selector(CPU_FAMILY, *idle))})"
+    queries["cpu_cores"] = cores
+    queries["cpu_busy"] = f"{cores} - {counter_sum([CPU_FAMILY], idle, rate_window, [node])}"
+    return queries
+
+
 def _prometheus_nodes(client: PrometheusClient, catalogue: Catalogue, start: float, end: float,
                       step: float, raw: RawTelemetry) -> None:
     node = catalogue.node_label
-    sel = ",".join(m.render() for m in _cluster(catalogue))
-    rate_window = duration(max(step, 4 * catalogue.scrape_interval))
-    for measure, (families, how) in NODE_FAMILIES.items():
-        names = any_of(families)  # metric names from the table above, quoted
-        extra = ',device!~"lo|ib.*"' if measure == "egress" else ""
-        by = f"{node}, device" if measure == "ib" else node
-        fn = "increase" if how == "increase" else "rate"
-        width = duration(step) if how == "increase" else rate_window
-        inner = "{" + ",".join(p for p in (f"__name__=~{names}", sel) if p) + extra + "}"
-        expr = f"sum by ({by}) ({fn}({inner}[{width}]))"
+    for measure, expr in node_queries(catalogue, step).items():
         result = client.query_range(expr, start + step, end, step)
         raw.warnings.extend(result.warnings)
         for series in result.series:
-            host = series.labels.get(node, "").split(":", 1)[0]
+            host = host_of(series.labels.get(node, ""))
             if not host:
                 continue
             if measure == "ib":
@@ -135,25 +160,7 @@ def _prometheus_nodes(client: PrometheusClient, catalogue: Catalogue, start: flo
                     list(series.points)
             else:
                 raw.nodes.setdefault(host, {})[measure] = list(series.points)
-    _prometheus_cpu(client, catalogue, start, end, step, raw, rate_window)
     _sum_devices(raw)
-
-
-def _prometheus_cpu(client: PrometheusClient, catalogue: Catalogue, start: float, end: float,
-                    step: float, raw: RawTelemetry, rate_window: str) -> None:
-    """Cores and busy cores per node: count of idle series, minus their idle rate."""
-    node = catalogue.node_label
-    idle = selector(CPU_FAMILY, Matcher.eq("mode", "idle"), *_cluster(catalogue))
-    cores = f"count by ({node}) ({idle})"
-    exprs = {"cpu_cores": cores,
-             "cpu_busy": f"{cores} - sum by ({node}) (rate({idle}[{rate_window}]))"}
-    for measure, expr in exprs.items():
-        result = client.query_range(expr, start + step, end, step)
-        raw.warnings.extend(result.warnings)
-        for series in result.series:
-            host = series.labels.get(node, "").split(":", 1)[0]
-            if host:
-                raw.nodes.setdefault(host, {})[measure] = list(series.points)
 
 
 def _sum_devices(raw: RawTelemetry) -> None:
@@ -251,7 +258,7 @@ def _clip_into(series_list: list[Series], gpu_names: dict[str, str], catalogue: 
             gpu_points[key].extend(p for p in series.points if start < p[0] <= end)
             continue
         labels = series.labels
-        host = labels.get(catalogue.node_label, "").split(":", 1)[0]
+        host = host_of(labels.get(catalogue.node_label, ""))
         if series.metric == CPU_FAMILY:
             if labels.get("mode") != "idle":
                 continue
@@ -349,6 +356,7 @@ def evidence_queries(catalogue: Catalogue, rule: str, host: str, gpu: int | None
     node_measure = _EVIDENCE_NODE.get(rule)
     if node_measure is not None:
         families, how = NODE_FAMILIES[node_measure]
-        inner = selector(families[0], Matcher.host(catalogue.node_label, [host]))
-        queries.append(f"{'increase' if how == 'increase' else 'rate'}({inner}[5m])")
+        # one query per counter: rate() drops the name, so one per name keeps them apart
+        queries += [f"{how}({selector(family, Matcher.host(catalogue.node_label, [host]))}[5m])"
+                    for family in families]
     return queries

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.analysis.phases import PHASES, TraceAnalysis, TraceAnalysisError, report
-from apps.clusters.adapters.base import AdapterError
+from apps.core.errors import AdapterError
 from apps.jobs.traces import analyze_paths, trace_config
 
 
