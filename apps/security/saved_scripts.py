@@ -11,7 +11,7 @@ Sites save them the way Slurm prints them, so a folder may hold:
   batch.txt``, several jobs' sections, each keyed by its display id.
 
 A section of ``NONE`` (no stored script) counts as no script. The parser is the ``cli``
-backend's (``slurm_parse.parse_batch_scripts``), so both read the same bytes the same way.
+backend's (``slurm.parse.parse_batch_scripts``), so both read the same bytes the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from apps.analysis.secret_shapes import MAX_TEXT
-from apps.clusters.adapters.slurm_parse import parse_batch_scripts, parse_job_environments
+from apps.clusters.adapters.slurm.parse import parse_batch_scripts, parse_job_environments
 
 SOURCES = ((".sh", "batch script"), (".env", "environment"))
 _PER_JOB = re.compile(r"^[0-9][0-9_+]{0,40}\.(?:sh|env)$")
