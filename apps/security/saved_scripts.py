@@ -11,7 +11,8 @@ Sites save them the way Slurm prints them, so a folder may hold:
   batch.txt``, several jobs' sections, each keyed by its display id.
 
 A section of ``NONE`` (no stored script) counts as no script. The parser is the ``cli``
-backend's (``slurm.parse.parse_batch_scripts``), so both read the same bytes the same way.
+backend's (``slurm.parse``: ``parse_batch_scripts``, ``saved_section``, which the ``files``
+backend uses too), so all read the same bytes the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from apps.analysis.secret_shapes import MAX_TEXT
-from apps.clusters.adapters.slurm.parse import parse_batch_scripts, parse_job_environments
+from apps.clusters.adapters.slurm.parse import (
+    parse_batch_scripts,
+    parse_job_environments,
+    saved_section,
+)
 
 SOURCES = ((".sh", "batch script"), (".env", "environment"))
 _PER_JOB = re.compile(r"^[0-9][0-9_+]{0,40}\.(?:sh|env)$")
@@ -58,20 +63,12 @@ class SavedScripts:
                     text = f.read(MAX_TEXT + 4096)
             except OSError:
                 continue
-            return self._unwrap(text, name, {str(job_id), display_id}, suffix, source)
+            mine, others = saved_section(text, (display_id, str(job_id)), suffix == ".env")
+            if others:
+                self.problem(f"{name}{suffix} also holds the {source} of job(s) "
+                             f"{', '.join(others[:5])}: read only job {display_id}'s")
+            return mine
         return None
-
-    def _unwrap(self, text: str, name: str, ids: set[str], suffix: str, source: str) -> str:
-        """The script in a saved file: bare, or the section sacct printed for this job."""
-        if not text.startswith(_HEADERS[0 if suffix == ".sh" else 1].decode()):
-            return text
-        sections = (parse_batch_scripts if suffix == ".sh" else parse_job_environments)(text)
-        mine = [sections[i] for i in ids if i in sections]
-        others = sorted(set(sections) - ids)
-        if others:
-            self.problem(f"{name}{suffix} also holds the {source} of job(s) "
-                         f"{', '.join(others[:5])}: read only job {name}'s")
-        return mine[0] if mine else ""
 
     def problem(self, message: str) -> None:
         if len(self.problems) < 20:
