@@ -14,8 +14,8 @@ parsers as the ``cli`` backend read it, and the same sync stores it:
 | ``scontrol_partitions.txt`` | ``scontrol show partition -o`` |
 | ``sacctmgr_assoc.txt`` | ``sacctmgr -P show assoc format=...`` (optional) |
 | ``sshare.txt`` | ``sshare -a -P -o ...`` (optional) |
-| ``scripts/<id>.sh`` | ``sacct -j <id> --batch-script`` (optional) |
-| ``scripts/<id>.env`` | ``sacct -j <id> --env-vars``, the body only (optional) |
+| ``scripts/<id>.sh`` | ``sacct -j <id> --batch-script`` as printed, or the bare script (optional) |
+| ``scripts/<id>.env`` | ``sacct -j <id> --env-vars`` as printed, or the body only (optional) |
 """
 
 from __future__ import annotations
@@ -201,6 +201,9 @@ class SlurmFiles:
         for job_id in sorted(wanted):
             path = scripts / f"{job_id}{suffix}"
             if path.is_file():
-                out[display.get(job_id, str(job_id))] = path.read_text(encoding="utf-8",
-                                                                       errors="replace")
+                shown = display.get(job_id, str(job_id))
+                text, _ = parse.saved_section(path.read_text(encoding="utf-8", errors="replace"),
+                                              (shown, str(job_id)), suffix == ".env")
+                if text:
+                    out[shown] = text
         return out
