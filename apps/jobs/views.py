@@ -98,6 +98,7 @@ class JobDetailView(ActionRequiredMixin, DetailView):
             if job.array_job_id else []
         )
         ctx.update(_metrics_card(job))
+        ctx.update(presenters.ending_card(job))
         ctx.update(presenters.traces_panel(job))
         ctx["upload_limit_mb"] = settings.TRACE_UPLOAD_MAX_MB
         ctx.update(simulated_banner(job.cluster))

@@ -73,6 +73,7 @@ class SlurmJob:
     node_count: int = 0
     cpus: int = 0
     memory_mb: int = 0
+    mem_peak_mb: float | None = None  # MaxRSS: the largest task's peak over the steps
     gpus: int = 0
     gpu_shards: int = 0
     gpu_types: Mapping[str, int] = field(default_factory=dict)
