@@ -16,6 +16,7 @@ from typing import Any
 from apps.clusters.adapters import slurm_parse, slurm_parse_cluster
 from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.slurm import (
+    Action,
     Association,
     ExitStatus,
     GpuBinding,
@@ -61,6 +62,8 @@ class FakeSlurm:
     read_fail_after_write: Exception | None = None
     after_write: Callable[[FakeSlurm], None] | None = None  # e.g. another writer races
     marker: str = "m1"
+    unable: dict[Action, str] = field(default_factory=dict)  # what ``cannot`` answers
+    until: datetime | None = None  # ``accounted_until``: None, as a live Slurm
     windowed: bool = False  # jobs_since returns only jobs active at or after since, as sacct
     fail: Exception | None = None
     calls: list[tuple[str, Any]] = field(default_factory=list)
@@ -213,6 +216,12 @@ class FakeSlurm:
                 hook, self.after_write = self.after_write, None
                 hook(self)
         return LimitChange(command, " Modified account associations...", not dry_run)
+
+    def cannot(self, action: Action) -> str:
+        return self.unable.get(action, "")
+
+    def accounted_until(self) -> datetime | None:
+        return self.until
 
 
 # --- Stand-in Slurm commands for the CLI backend -------------------------------------------

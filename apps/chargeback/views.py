@@ -25,7 +25,9 @@ from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin
 from apps.analysis.chargeback import Policy
 from apps.chargeback import charts, reconciliation, services
 from apps.chargeback.models import BillingPeriod, Reconciliation, Statement
+from apps.clusters import sync
 from apps.clusters.adapters.base import AdapterError
+from apps.clusters.adapters.slurm import Action
 from apps.clusters.models import Cluster
 from apps.jobs.views import HttpResponseSeeOther
 
@@ -62,7 +64,11 @@ class ChargebackHomeView(ActionRequiredMixin, TemplateView):
                    period=BillingPeriod.objects.filter(month=month).first(),
                    split_figure=_split_figure(statements))
         if self.request.user.is_staff:
-            ctx["clusters"] = Cluster.objects.visible_to(self.request.user)
+            clusters = list(Cluster.objects.visible_to(self.request.user))
+            # said before the button is pressed: a backend that cannot reconcile, and why
+            checked = [(c, sync.cannot(c, Action.RECONCILE)) for c in clusters]
+            ctx["clusters"] = [c for c, why in checked if not why]
+            ctx["cannot_reconcile"] = [(c, why) for c, why in checked if why]
             ctx["reconciliations"] = Reconciliation.objects.filter(month=month).select_related(
                 "cluster")[:5]
         return ctx
@@ -215,6 +221,8 @@ class ReconcileView(_AdminPost):
         cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
         if cluster is None:
             return self.done(request, None, ValueError("no such cluster"), where)
+        if why := sync.cannot(cluster, Action.RECONCILE):
+            return self.done(request, None, ValueError(f"{cluster.name}: {why}"), where)
         try:
             row = reconciliation.reconcile_month(cluster, month)
         except (AdapterError, reconciliation.ReconcileError) as exc:

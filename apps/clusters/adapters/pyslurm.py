@@ -22,6 +22,7 @@ from apps.clusters.adapters import slurm_parse_cluster as cparse
 from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
+    Action,
     Association,
     ExitStatus,
     GpuBinding,
@@ -216,3 +217,11 @@ class SlurmPyslurm:
     def set_account_limit(self, account: str, tres: str, minutes: int | None,
                           dry_run: bool = False) -> LimitChange:
         raise self._unsupported("quota writes")
+
+    def cannot(self, action: Action) -> str:
+        what = {Action.QUOTA_PREVIEW: "quota previews (associations)",
+                Action.QUOTA_WRITE: "quota writes", Action.RECONCILE: "usage reports"}
+        return str(self._unsupported(what[action]))
+
+    def accounted_until(self) -> datetime | None:
+        return None

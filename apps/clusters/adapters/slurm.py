@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 from apps.clusters.adapters.base import AdapterError
@@ -246,6 +247,16 @@ ACTIVE_STATES = frozenset(
 """States in which a job still holds (or waits for) resources."""
 
 
+class Action(StrEnum):
+    """What a page may ask of a backend beyond reading jobs: asked with
+    ``SlurmClient.cannot(action)`` before the button is shown, so a backend that cannot do
+    it is said so on the page, never found out by pressing the button."""
+
+    QUOTA_PREVIEW = "quota_preview"  # account_limits + set_account_limit(dry_run=True)
+    QUOTA_WRITE = "quota_write"  # set_account_limit
+    RECONCILE = "reconcile"  # usage_report + job_allocations
+
+
 # --- The interface --------------------------------------------------------------------
 
 
@@ -316,6 +327,17 @@ class SlurmClient(Protocol):
                           dry_run: bool = False) -> LimitChange:
         """Set (``None``: remove) the account's ``GrpTRESMins`` for ``tres``; ``dry_run``
         asks Slurm to check the change and discard it. Refusals are ``AdapterError``."""
+        ...
+
+    def cannot(self, action: Action) -> str:
+        """Why this backend cannot do ``action`` as configured, in words for the page (what
+        to use instead); "" when it can. Cheap: no call to Slurm."""
+        ...
+
+    def accounted_until(self) -> datetime | None:
+        """Where this backend's accounting ends: None for a live Slurm (its reports reach the
+        last rolled-up hour); for saved output, the end of the latest saved usage report,
+        so a reconciliation asks for a window the saved reports cover."""
         ...
 
 

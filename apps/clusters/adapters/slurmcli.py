@@ -28,6 +28,7 @@ from apps.clusters.adapters import slurm_parse_cluster as cparse
 from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
+    Action,
     Association,
     ExitStatus,
     GpuBinding,
@@ -297,13 +298,13 @@ class SlurmCli:
 
     def limit_command(self, account: str, tres: str, minutes: int | None) -> list[str]:
         """The exact ``sacctmgr -i modify account ...`` argv (what the preview shows)."""
-        if minutes is not None and minutes < 0:
-            raise AdapterError(f"a limit cannot be negative ({minutes})", service="slurm")
-        where = ["where", f"name={_checked_account(account)}",
-                 *([f"cluster={self.cluster}"] if self.cluster else [])]
-        value = -1 if minutes is None else minutes  # -1 removes the limit
-        return ["sacctmgr", "-i", "modify", "account", *where, "set",
-                f"GrpTRESMins={_checked_tres(tres)}={value}"]
+        return limit_argv(self.cluster, account, tres, minutes)
+
+    def cannot(self, action: Action) -> str:
+        return ""  # sacctmgr, sreport and sacct do all of it
+
+    def accounted_until(self) -> datetime | None:
+        return None
 
     def set_account_limit(self, account: str, tres: str, minutes: int | None,
                           dry_run: bool = False) -> LimitChange:
@@ -316,6 +317,18 @@ class SlurmCli:
             raise AdapterError(f"Slurm changed nothing: {out.strip()[:300] or 'no output'}",
                                service="slurm", detail=out)
         return LimitChange(command=shown, output=out.strip(), applied=not dry_run)
+
+
+def limit_argv(cluster: str, account: str, tres: str, minutes: int | None) -> list[str]:
+    """``sacctmgr -i modify account where name=A [cluster=C] set GrpTRESMins=T=N`` as argv
+    (N = -1 removes the limit); names are checked, a negative limit refused."""
+    if minutes is not None and minutes < 0:
+        raise AdapterError(f"a limit cannot be negative ({minutes})", service="slurm")
+    where = ["where", f"name={_checked_account(account)}",
+             *([f"cluster={cluster}"] if cluster else [])]
+    value = -1 if minutes is None else minutes  # -1 removes the limit
+    return ["sacctmgr", "-i", "modify", "account", *where, "set",
+            f"GrpTRESMins={_checked_tres(tres)}={value}"]
 
 
 def _utc_text(when: datetime) -> str:

@@ -38,6 +38,7 @@ from apps.clusters.adapters import slurm_parse_cluster as cparse
 from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
+    Action,
     Association,
     ExitStatus,
     GpuBinding,
@@ -109,6 +110,17 @@ def _read_token(options: Mapping[str, Any]) -> str:
     except OSError as exc:
         raise AdapterError(f"cannot read token_file {token_file}: {exc}", service="slurm") from exc
     return text.removeprefix("SLURM_JWT=")  # `scontrol token` prints SLURM_JWT=...
+
+
+# What 22.05's slurmrestd cannot do, in the words the pages show before a button is pressed.
+CANNOT = {
+    Action.QUOTA_PREVIEW: "slurmrestd 22.05 cannot rehearse a limit change (sacctmgr's dry "
+                          "run): previews and quota writes need the cli backend",
+    Action.QUOTA_WRITE: "quota writes need the cli backend (sacctmgr): slurmrestd 22.05 "
+                        "would rewrite the whole association",
+    Action.RECONCILE: "slurmrestd 22.05 has no usage report (sreport): reconcile with the "
+                      "cli backend",
+}
 
 
 @dataclass
@@ -278,8 +290,7 @@ class SlurmRest:
         return rows[0] if rows else None
 
     def usage_report(self, start: datetime, end: datetime, tres: str) -> list[UsageRow]:
-        raise AdapterError("slurmrestd 22.05 has no usage report (sreport): reconcile with "
-                           "the cli backend", service="slurm")
+        raise AdapterError(CANNOT[Action.RECONCILE], service="slurm")
 
     def job_allocations(self, start: datetime, end: datetime) -> list[JobAllocation]:
         raise AdapterError("slurmrestd 22.05 cannot truncate jobs to a window (sacct -T): "
@@ -289,5 +300,10 @@ class SlurmRest:
                           dry_run: bool = False) -> LimitChange:
         # POST /slurmdb/v0.0.38/associations replaces whole association records: writing one
         # limit that way risks resetting the others, so quotas are written with sacctmgr.
-        raise AdapterError("quota writes need the cli backend (sacctmgr): slurmrestd 22.05 "
-                           "would rewrite the whole association", service="slurm")
+        raise AdapterError(CANNOT[Action.QUOTA_WRITE], service="slurm")
+
+    def cannot(self, action: Action) -> str:
+        return CANNOT.get(action, "")
+
+    def accounted_until(self) -> datetime | None:
+        return None
