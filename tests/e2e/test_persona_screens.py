@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.urls import reverse
 
+from apps.clusters.models import SlurmAccount
 from apps.core import demo
 from apps.jobs.models import Job
 from tests.core.test_crawl import personas
@@ -69,8 +70,33 @@ def test_each_personas_main_pages(folder, live_server, page, sign_in, console_er
                 page.wait_for_function(f"document.querySelectorAll('[data-figure] "
                                        f"svg.main-svg').length >= {figures}")
             saved.append(shot(page, f"{role}-{name}", height=HEIGHT))
-    assert console_errors == []
+    saved += _journeys(page, live_server, sign_in, people, shot, console_errors)
     if os.environ.get("SCREENSHOTS_TO_DOCS") == "1":
         DOCS.mkdir(parents=True, exist_ok=True)
         for path in saved:
             shutil.copy(path, DOCS / path.name)
+
+
+def _journeys(page, live_server, sign_in, people, shot, console_errors) -> list[Path]:
+    """Two moments worth a picture: the admin's quota preview on the simulated Slurm, and
+    the page a researcher gets for another team's job."""
+    page.context.clear_cookies()
+    sign_in(page, people["admin"].username)
+    account = SlurmAccount.objects.get(cluster__name="demo", name="robotics")
+    page.goto(f"{live_server.url}{reverse('quotas-edit', args=[account.pk])}")
+    page.fill("input[name=hours]", "200")
+    page.fill("input[name=reason]", "the robotics team's December deadline")
+    page.click("button:has-text('Preview')")
+    page.wait_for_selector("text=Slurm's dry run")
+    shots = [shot(page, "admin-quota-preview", height=HEIGHT)]
+    assert console_errors == []
+    page.context.clear_cookies()
+    researcher = people["researcher"]
+    sign_in(page, researcher.username)
+    other = Job.objects.exclude(team__memberships__user=researcher).exclude(team=None).first()
+    response = page.goto(f"{live_server.url}/jobs/{other.cluster.name}/{other.job_id}/")
+    assert response.status == 404 and "belongs to another team" in page.content()
+    shots.append(shot(page, "researcher-not-found", height=700))
+    # the page itself answered 404, as it should: the only console line is that status
+    assert [e for e in console_errors if "status of 404" not in e] == []
+    return shots
