@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any
 
@@ -42,7 +42,8 @@ from apps.analysis.step_phases import (
 from apps.analysis.trace_types import Origin, RankTrace
 
 __all__ = ["PHASES", "PhaseConfig", "RankResult", "Straggler", "TraceAnalysis",
-           "TraceAnalysisError", "analyze", "device_of", "recorded_span", "report"]
+           "TraceAnalysisError", "analyze", "device_of", "recorded_span", "report",
+           "with_skipped"]
 
 # Timestamps above this are epoch microseconds (after 2001-09-09): traces without
 # baseTimeNanoseconds carry absolute times; relative ones stay under ~7.9e12 (a trimonth).
@@ -228,6 +229,13 @@ def analyze(traces: Sequence[RankTrace], config: PhaseConfig | None = None) -> T
                     timeline=_timeline(ranks), mixed=bool(mixed))
 
 
+def with_skipped(analysis: TraceAnalysis, skipped: Sequence[str]) -> TraceAnalysis:
+    """The analysis of the files that could be read, partial when some could not."""
+    if not skipped:
+        return analysis
+    return replace(analysis, partial=True, warnings=(*skipped, *analysis.warnings))
+
+
 def report(analysis: TraceAnalysis, digits: int = 3) -> dict[str, Any]:
     """The JSON shape of ``manage.py analyze_trace --json`` (docs/traces.md)."""
     straggler = analysis.straggler
@@ -322,6 +330,8 @@ def _name(trace: RankTrace) -> str:
 
 def _time_overlap_warnings(traces: Sequence[RankTrace]) -> list[str]:
     """Ranks of one run trace the same seconds; a file that overlaps no other is foreign."""
+    if len(traces) < 2:
+        return []
     spans = {t.source: span for t in traces if (span := _absolute_span(t)) is not None}
     if len(spans) < 2:
         return []
