@@ -34,8 +34,8 @@ from apps.analysis.phases import (
     with_skipped,
 )
 from apps.analysis.trace_types import RankTrace
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.models import Cluster
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.kineto import (
     MIB,
     TRACE_SUFFIXES,

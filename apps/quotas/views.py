@@ -17,8 +17,8 @@ from django.views.generic import TemplateView
 from apps.accounts.models import Team
 from apps.accounts.permissions import ADMIN, ActionRequiredMixin
 from apps.chargeback.services import ChargebackError, current_month, parse_month
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.models import SlurmAccount
+from apps.core.errors import AdapterError
 from apps.jobs.views import HttpResponseSeeOther
 from apps.quotas import services
 from apps.quotas.models import QuotaAlert, QuotaChange

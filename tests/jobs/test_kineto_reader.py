@@ -10,7 +10,7 @@ import pytest
 
 from apps.analysis.phases import analyze
 from apps.analysis.trace_types import Kind
-from apps.clusters.adapters.base import AdapterError
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.kineto import MIB, KinetoReader, TraceLimits, find_trace_files
 from tests.trace_builder import NEW_NCCL, OLD_NCCL, Options, Step, simulate, to_chrome
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from apps.analysis.trace_types import DistributedInfo, Kind, Origin, RankTrace, TraceEvent
-from apps.clusters.adapters.base import AdapterError
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.jsonstream import JsonStreamError, walk
 
 SERVICE = "kineto"

@@ -1,0 +1,31 @@
+"""How the rest of Beacon reaches a cluster's outside systems: its Slurm and its Prometheus.
+
+Clients are built from the cluster's row (backend, settings, URL); settings give only the
+site-wide Prometheus default and timeout. Callers look these up as module attributes
+(``services.client_for(cluster)``) so that a test can answer for a cluster with one patch.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from apps.clusters.adapters.prometheus import PrometheusClient
+from apps.clusters.adapters.slurm import SlurmClient
+from apps.clusters.adapters.slurm.registry import slurm_client
+from apps.clusters.models import Cluster
+from apps.core.errors import AdapterError
+
+
+def client_for(cluster: Cluster) -> SlurmClient:
+    """The cluster's Slurm backend, configured from its row (never from settings)."""
+    if cluster.slurm_backend == Cluster.SlurmBackend.NONE:
+        raise AdapterError(f"cluster {cluster.name} has no Slurm backend (imports only)",
+                           service="slurm")
+    options = {"cluster": cluster.name, **(cluster.slurm_settings or {})}
+    return slurm_client(cluster.slurm_backend, options)
+
+
+def prometheus_for(cluster: Cluster) -> PrometheusClient | None:
+    """The cluster's Prometheus (its own URL, else ``PROMETHEUS_URL``); None when neither is set."""
+    url = cluster.metrics_url
+    return PrometheusClient(url, timeout=settings.PROMETHEUS_TIMEOUT) if url else None
