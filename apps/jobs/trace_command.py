@@ -30,7 +30,7 @@ from apps.analysis.phases import (
     with_skipped,
 )
 from apps.analysis.step_phases import PhaseConfig
-from apps.clusters.adapters.base import AdapterError
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.kineto import MIB, TraceLimits, read_trace_paths
 
 NAME = "analyze_trace"
