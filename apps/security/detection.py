@@ -5,8 +5,10 @@
 1. Load the rules and allow-lists (data admins edit).
 2. Read the inputs, each on its own: telemetry (Prometheus, or OpenMetrics files for the
    demo), allocations and GPU bindings, sshd events, service probes, node inventories,
-   and job scripts not scanned yet. A source that fails or has nothing is recorded as
-   skipped with the reason; the rules that need it find nothing; the run goes on.
+   and job scripts not scanned yet. A source that has nothing, or that the site has not
+   set up, is recorded as skipped; one that was asked for and failed (or a telemetry
+   query of it) is recorded in ``failures`` with the query and the service's error: the
+   run goes on, the rules that need it find nothing, and the run ends ``partial``.
 3. Run each enabled rule (a rule that raises is recorded as skipped, never fatal).
 4. Upsert the hits as findings, mark the scanned scripts, and end expired suppressions,
    in one transaction; notify critical findings after it commits.
@@ -106,8 +108,21 @@ class RunReport:
     hits: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     recorded: findings.Recorded = field(default_factory=findings.Recorded)
-    telemetry_ok: bool = False
+    telemetry_ok: bool = False  # telemetry read, at least in part
     expired: int = 0
+    # sources (or telemetry queries, rules) that were asked for and failed: "source: why"
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def telemetry_complete(self) -> bool:
+        """Telemetry read with no failed query: every telemetry rule ran."""
+        return self.telemetry_ok and not any(f.startswith("telemetry") for f in self.failures)
+
+    def fail(self, message: str) -> None:
+        """A source asked for failed: recorded (and skipped) with its reason."""
+        if len(self.failures) < MAX_SKIPPED:
+            self.failures.append(message[:2000])
+        self.skip(message)
 
     def skip(self, message: str) -> None:
         if len(self.skipped) < MAX_SKIPPED:
@@ -128,13 +143,17 @@ class RunReport:
         r.notify_now += o.notify_now
         self.telemetry_ok = self.telemetry_ok and other.telemetry_ok
         self.expired += other.expired
+        for message in other.failures:
+            if len(self.failures) < MAX_SKIPPED:
+                self.failures.append(message)
 
     def stats(self) -> dict[str, Any]:
         return {"since": self.since.isoformat(), "until": self.until.isoformat(),
                 "sources": self.sources, "hits": self.hits, "skipped": self.skipped[:50],
                 "skipped_total": len(self.skipped), "created": self.recorded.created,
                 "updated": self.recorded.updated, "reopened": self.recorded.reopened,
-                "unchanged": self.recorded.unchanged, "suppressions_expired": self.expired}
+                "unchanged": self.recorded.unchanged, "suppressions_expired": self.expired,
+                "failures": self.failures[:50], "telemetry_complete": self.telemetry_complete}
 
 
 def detect(cluster: Cluster, since: datetime, until: datetime, sources: Sources | None = None,
@@ -290,8 +309,8 @@ def _frame(cluster: Cluster, start: datetime, until: datetime,
         raw = _raw_telemetry(cluster, catalogue, start.timestamp(), until.timestamp(),
                              sources, report)
     except AdapterError as exc:
-        report.sources["telemetry"] = f"skipped: {exc}"
-        report.skip(f"telemetry: {exc}")
+        report.sources["telemetry"] = f"failed: {exc}"
+        report.fail(f"telemetry: {exc}")
         return None
     if raw is None:
         return None
@@ -303,6 +322,10 @@ def _frame(cluster: Cluster, start: datetime, until: datetime,
     report.telemetry_ok = True
     report.sources["telemetry"] += (f": {stats.gpus} GPUs, {len(frame.nodes)} nodes, "
                                     f"step {step:g}s")
+    if raw.failures:
+        report.sources["telemetry"] += f", {len(raw.failures)} queries failed"
+    for failure in raw.failures:
+        report.fail(f"telemetry query failed, {failure}")
     for warning in raw.warnings[:5]:
         report.skip(f"telemetry warning: {warning}")
     if stats.unknown_buckets:
@@ -386,11 +409,16 @@ def _job_texts(cluster: Cluster, since: datetime, until: datetime, sources: Sour
     if not batch:
         report.sources["job scripts"] = "no new jobs"
         return [], []
+    if sources.scripts is None and sources.slurm is None and \
+            cluster.slurm_backend == Cluster.SlurmBackend.NONE:
+        report.sources["job scripts"] = "skipped: no Slurm backend and no scripts folder"
+        report.skip("job scripts: no Slurm backend and no scripts folder")
+        return [], []
     try:
         scripts = _fetch_scripts(cluster, batch, sources, report)
     except AdapterError as exc:
-        report.sources["job scripts"] = f"skipped: {exc}"
-        report.skip(f"job scripts: {exc}")
+        report.sources["job scripts"] = f"failed: {exc}"
+        report.fail(f"job scripts: {exc}")
         return [], []
     texts, scans = [], []
     for job in batch:
@@ -414,8 +442,6 @@ def _fetch_scripts(cluster: Cluster, jobs: list[Job], sources: Sources,
         return found
     client = sources.slurm
     if client is None:
-        if cluster.slurm_backend == Cluster.SlurmBackend.NONE:
-            raise AdapterError("no Slurm backend and no scripts folder", service="slurm")
         client = cluster_services.client_for(cluster)
     ids = [j.job_id for j in jobs]
     stored = client.job_scripts(ids)
@@ -424,7 +450,7 @@ def _fetch_scripts(cluster: Cluster, jobs: list[Job], sources: Sources,
         had = f"{len(envs)} an environment"
     except AdapterError as exc:  # the scripts still count: say what was not read
         envs, had = {}, f"environments not read: {exc}"
-        report.skip(f"job environments: {exc}")
+        report.fail(f"job environments: {exc}")
     report.sources["job scripts"] = (f"slurm ({len(stored)} of {len(jobs)} jobs had a "
                                      f"script, {had})")
     found: dict[int, list[tuple[str, str]]] = {}
@@ -515,7 +541,7 @@ def _run_rules(inputs: Inputs, configs: dict[str, RuleConfig], allow: Allow,
             outcome = security_rules.run(key, inputs, cfg, allow)
         except Exception as exc:  # a broken rule must not stop the others
             log.exception("security rule %s failed", key)
-            report.skip(f"rule {key} failed: {type(exc).__name__}: {exc}")
+            report.fail(f"rule {key} failed: {type(exc).__name__}: {exc}")
             continue
         report.hits[key] = len(outcome.hits)
         hits.extend(outcome.hits)

@@ -296,11 +296,24 @@ def parse_sacct_job(rec: Record) -> SlurmJob:
         node_count=_num(rec.get("allocation_nodes")) or 0,
         cpus=tres.get("cpu", 0),
         memory_mb=tres.get("mem", 0),
+        mem_peak_mb=_max_rss_mb(rec.get("steps")),
         gpus=gpus,
         gpu_shards=shards,
         gpu_types=types,
         tres_alloc=_tres_text(tres),
     )
+
+
+def _max_rss_mb(steps: Any) -> float | None:
+    """The largest ``mem`` among the steps' ``tres.requested.max`` (MaxRSS, in bytes), in
+    MiB; None when no step measured any (0 is what an accounting plugin that gathers
+    nothing records)."""
+    peak = 0
+    for step in steps or []:
+        for item in ((step.get("tres") or {}).get("requested") or {}).get("max") or []:
+            if item.get("type") == "mem":
+                peak = max(peak, _num(item.get("count")) or 0)
+    return peak / 2**20 if peak > 0 else None
 
 
 def _pending_reason(state: str, reason: Any) -> str:
