@@ -250,6 +250,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc files, served as static files
     "axes",
     "csp",
     "apps.core",
@@ -487,6 +488,9 @@ TASK_RUN_KEEP_DAYS = env_int("TASK_RUN_KEEP_DAYS", 90, minimum=1)
 # A run still "running" after this long lost its process (database or worker killed
 # mid-run): the sweep marks it failed. Keep it above the longest import or backfill.
 TASK_RUN_STALE_MINUTES = env_int("TASK_RUN_STALE_MINUTES", 120, minimum=10)
+# Seconds between refreshes of the open months' draft statements: beat's period, and the age
+# at which the chargeback page asks for one itself (no beat under the embedded default).
+CHARGEBACK_REFRESH_EVERY = env_int("CHARGEBACK_REFRESH_EVERY", 3600, minimum=300)
 # The whole timetable in one place (STYLE.md §4).
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "prune-task-runs": {"task": "apps.core.tasks.prune_task_runs", "schedule": 24 * 3600,
@@ -513,8 +517,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
                      "schedule": float(env_int("SLURM_LABEL_EVERY", 120, minimum=30))},
     # Chargeback (apps/chargeback): the open months' draft statements, rewritten in place.
     "chargeback-drafts": {"task": "apps.chargeback.tasks.refresh_drafts",
-                          "schedule": float(env_int("CHARGEBACK_REFRESH_EVERY", 3600,
-                                                    minimum=300))},
+                          "schedule": float(CHARGEBACK_REFRESH_EVERY)},
     # Quotas (apps/quotas): due scheduled quotas, drift, 80 %/100 % warnings, per cluster.
     "quotas-check": {"task": "apps.quotas.tasks.check_all_clusters",
                      "schedule": float(env_int("QUOTA_CHECK_EVERY", 600, minimum=60))},
@@ -615,6 +618,9 @@ SECURITY_MAX_CATCHUP_HOURS = env_int("SECURITY_MAX_CATCHUP_HOURS", 24, minimum=1
 SECURITY_CLAIM_EXPIRY = env_int("SECURITY_CLAIM_EXPIRY", 1800, minimum=60)
 SECURITY_SCRIPT_BATCH = env_int("SECURITY_SCRIPT_BATCH", 500, minimum=1)
 SECURITY_SCRIPT_LOOKBACK_DAYS = env_int("SECURITY_SCRIPT_LOOKBACK_DAYS", 7, minimum=1)
+# The shortest bucket (seconds) telemetry is read at from Prometheus; never below the
+# cluster's scrape interval. Tests scraping real exporters every second lower it.
+SECURITY_TELEMETRY_MIN_STEP = env_int("SECURITY_TELEMETRY_MIN_STEP", 60, minimum=1)
 # Critical findings at once, the rest in the digest: e-mail and/or a JSON webhook.
 SECURITY_NOTIFY_EMAILS = env_list("SECURITY_NOTIFY_EMAILS")
 SECURITY_WEBHOOK_URL = env_str("SECURITY_WEBHOOK_URL")
@@ -675,7 +681,7 @@ GUARDRAILS_DIGEST_MIN_GPU_HOURS = env_int("GUARDRAILS_DIGEST_MIN_GPU_HOURS", 1, 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header turns "not signed in" into a 401
-        "rest_framework.authentication.TokenAuthentication",
+        "apps.accounts.tokens.NamedTokenAuthentication",  # named tokens, then DRF's own
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["apps.accounts.permissions.RolePermission"],
@@ -699,6 +705,9 @@ SPECTACULAR_SETTINGS = {
                    "security findings.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
     # Several models have a "status" or "state": name each enum so the schema stays stable.
     "ENUM_NAME_OVERRIDES": {"StatementStatusEnum": "apps.chargeback.models.Statement.Status",

@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -483,14 +484,17 @@ def signals(result: JobEfficiency, health: dict[GpuKey, GpuHealth]) -> list[GpuS
 
 def pending_job_pks(grace_s: int = 120, lookback_days: int = 14, limit: int = 5000) -> list[int]:
     """Finished jobs with GPUs and no final archive, ended at least ``grace_s`` ago
-    (the last scrapes arrive late) and recently enough for Prometheus to still hold them.
+    (the last scrapes arrive late) and recently enough for Prometheus to still hold them,
+    on clusters that have a Prometheus.
 
     A ``partial`` archive (its answer carried warnings) waits ``PARTIAL_RETRY_AFTER``
     between attempts.
     """
     now = timezone.now()
+    jobs = Job.objects.all() if settings.PROMETHEUS_URL else \
+        Job.objects.exclude(cluster__prometheus_url="")  # no source: the task could only fail
     return list(
-        Job.objects.exclude(state__in=Job.ACTIVE_STATES)
+        jobs.exclude(state__in=Job.ACTIVE_STATES)
         .filter(gpu_equivalent__gt=0, start_time__isnull=False,
                 end_time__lte=now - timedelta(seconds=grace_s),
                 end_time__gte=now - timedelta(days=lookback_days))

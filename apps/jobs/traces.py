@@ -24,7 +24,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.analysis.phases import (
+    PHASES,
     PhaseConfig,
+    RankResult,
     TraceAnalysis,
     TraceAnalysisError,
     analyze,
@@ -164,21 +166,35 @@ def _store(job: Job, traces: Sequence[RankTrace], analysis: TraceAnalysis,
         "files": [{"name": Path(t.source).name, "rank": t.rank, "sha256": t.sha256}
                   for t in traces],
         "world_size": analysis.world_size, "steps": analysis.steps,
-        "timeline": analysis.timeline, "dominant_phase": analysis.dominant_phase or "",
+        "timeline": analysis.timeline, "dominant_phase": (analysis.dominant_phase or "")[:200],
         "straggler_rank": straggler.rank if straggler else None,
-        "straggler_phase": straggler.phase if straggler else "",
+        "straggler_phase": straggler.phase[:200] if straggler else "",
         "straggler_excess_ms": round(straggler.excess_ms, 3) if straggler else None,
+        "straggler_steps": list(straggler.steps) if straggler else [],
+        "straggler_intermittent": straggler.intermittent if straggler else False,
         "waiting_ranks": list(analysis.waiting_ranks),
-        "communication_bound": analysis.communication_bound, "partial": analysis.partial,
+        "communication_bound": analysis.communication_bound,
+        "gpu_idle_share": analysis.gpu_idle_share, "mixed_runs": analysis.mixed_runs,
+        "verdict": analysis.summary, "partial": analysis.partial,
         "warnings": list(analysis.warnings),
         "recorded_start": span[0] if span else None, "recorded_end": span[1] if span else None,
     })
     run.ranks.all().delete()
-    TraceRankPhases.objects.bulk_create([
-        TraceRankPhases(trace_run=run, rank=r.rank, step_ms=round(r.step_ms, 3),
-                        **{f"{p}_ms": round(v, 3) for p, v in r.phases_ms.items()})
-        for r in analysis.ranks])
+    TraceRankPhases.objects.bulk_create([_rank_row(run, r) for r in analysis.ranks])
     return run
+
+
+def _rank_row(run: TraceRun, rank: RankResult) -> TraceRankPhases:
+    phases = rank.phases_ms
+    gpu = rank.gpu
+    origin = rank.origin
+    return TraceRankPhases(
+        trace_run=run, rank=rank.rank, step_ms=round(rank.step_ms, 3),
+        **{f"{p}_ms": round(phases[p], 3) for p in PHASES},
+        annotations_ms={k[:200]: round(v, 3) for k, v in phases.items() if k not in PHASES},
+        **({f"gpu_{k}": round(v, 3) for k, v in gpu.as_dict().items()} if gpu else {}),
+        device_host=origin.host[:255], device_index=origin.device,
+        device_name=origin.device_name[:128])
 
 
 def _names(paths: Sequence[Path]) -> str:
@@ -224,13 +240,30 @@ def import_uploads(job: Job, files: Sequence[UploadedFile]) -> TraceRun:
                             f"per upload")
     limit = settings.TRACE_MAX_FILE_MB * MIB
     with tempfile.TemporaryDirectory(prefix="beacon-trace-") as folder:
+        saved: dict[str, str] = {}
         for number, upload in enumerate(files):
             if upload.size is not None and upload.size > limit:
                 raise AdapterError(f"trace file {upload.name} is {upload.size / MIB:.1f} MiB, "
                                    f"over the limit of {settings.TRACE_MAX_FILE_MB} MiB per "
                                    f"trace file", service="kineto")
-            _save(upload, Path(folder) / f"{number:05d}-{_safe_name(upload.name)}")
-        return import_trace(job, [Path(folder)])
+            path = Path(folder) / f"{number:05d}-{_safe_name(upload.name)}"
+            _save(upload, path)
+            saved[str(path)] = _safe_name(upload.name)
+        try:
+            return import_trace(job, [Path(folder)])
+        except AdapterError as exc:
+            raise type(exc)(_without_paths(str(exc), folder, saved), service=exc.service,
+                            detail=_without_paths(exc.detail, folder, saved)) from None
+        except TraceAnalysisError as exc:
+            raise TraceAnalysisError(_without_paths(str(exc), folder, saved)) from None
+
+
+def _without_paths(message: str, folder: str, saved: dict[str, str]) -> str:
+    """The uploader's file names in place of the server's temporary paths: a message about
+    an upload names what the person chose, never where the server kept it."""
+    for path, name in sorted(saved.items(), key=lambda item: -len(item[0])):
+        message = message.replace(path, name)
+    return message.replace(folder + "/", "").replace(folder, "the upload")
 
 
 def _save(upload: UploadedFile, path: Path) -> None:

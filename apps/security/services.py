@@ -9,7 +9,9 @@ back), runs it, and advances the watermark only when telemetry was read.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.clusters.models import Cluster
-from apps.core.runs import tracked_run
+from apps.core.models import TaskRun
+from apps.core.runs import mark_partial, tracked_run
 from apps.security import ingest
 from apps.security.adapters import telemetry
 from apps.security.detection import RunReport, Sources, detect, read_ahead
@@ -52,6 +55,7 @@ def run_window(cluster: Cluster, since: datetime, until: datetime,
         for note in notes or []:
             report.skip(note)
         run.stats = report.stats()
+        mark_partial(run, report.failures)
     return report
 
 
@@ -104,6 +108,58 @@ def run_scheduled(cluster: Cluster, now: datetime | None = None) -> RunReport | 
     finally:
         state.running_since = None
         state.save(update_fields=["running_since", "telemetry_until", "last_finished_at"])
+
+
+# --- When detection did not read everything --------------------------------------------------
+
+DETECT = "security.detect"
+_QUERY_TAIL = re.compile(r" \(query: .*\)$", re.S)
+
+
+@dataclass(frozen=True)
+class DetectionProblem:
+    """The cluster's last detection run read only part of what it was asked to.
+
+    ``telemetry``: a telemetry query (or all of telemetry) failed, so telemetry rules did
+    not run; ``since`` is the end of the last run that read telemetry completely (None:
+    never). ``reason`` is the first failure without its query (admins find the query and
+    Prometheus's whole error on the run, ``run_id``).
+    """
+
+    cluster: str
+    telemetry: bool
+    since: datetime | None
+    reason: str
+    more: int
+    run_id: int
+    status: str
+
+
+def detection_problem(cluster: Cluster) -> DetectionProblem | None:
+    """What the banner on the Security page and the job page says, or None (all read)."""
+    finished = TaskRun.objects.filter(kind=DETECT, cluster=cluster,
+                                      finished_at__isnull=False).order_by("-finished_at", "-pk")
+    last = finished.first()
+    if last is None or last.status == TaskRun.Status.SUCCEEDED:
+        return None
+    failures = [str(f) for f in (last.stats or {}).get("failures") or []]
+    if not failures:  # a run that raised: its error is the reason
+        failures = [f"detection failed: {(last.error or 'unknown error').splitlines()[0]}"]
+    telemetry = any(f.startswith("telemetry") for f in failures) or \
+        last.status == TaskRun.Status.FAILED
+    complete = Q(status=TaskRun.Status.SUCCEEDED)
+    if telemetry:  # a partial run whose failures were elsewhere did run telemetry rules
+        complete |= Q(stats__telemetry_complete=True)
+    good = finished.filter(complete)
+    since = good.values_list("finished_at", flat=True).first()
+    first = next((f for f in failures if f.startswith("telemetry")), failures[0]) \
+        if telemetry else failures[0]
+    return DetectionProblem(cluster.name, telemetry, since, _QUERY_TAIL.sub("", first)[:300],
+                            len(failures) - 1, last.pk, last.status)
+
+
+def detection_problems(clusters: Iterable[Cluster]) -> list[DetectionProblem]:
+    return [p for c in clusters if (p := detection_problem(c)) is not None]
 
 
 # --- The demo -----------------------------------------------------------------------------

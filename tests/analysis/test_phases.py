@@ -96,13 +96,19 @@ def test_waiting_ranks_show_the_inflated_communication_not_the_straggler():
 def test_phases_add_up_to_the_step_and_the_report_has_the_issue_shape():
     result = report(analyze(_run(2, 1, "data", 30.0)))
     assert list(result) == ["world_size", "steps", "ranks", "dominant_phase", "straggler",
-                            "waiting_ranks"]
+                            "waiting_ranks", "timeline", "verdict"]
     assert result["steps"] == 7 and result["world_size"] == 2
     for rank in result["ranks"]:
+        assert list(rank) == ["rank", "step_ms", "phases_ms", "gpu", "device"]
         assert list(rank["phases_ms"]) == list(PHASES)
         assert sum(rank["phases_ms"].values()) == pytest.approx(rank["step_ms"], abs=0.01)
+        assert rank["gpu"] is None  # a CPU run has no GPU timeline
     assert result["straggler"] == {"rank": 1, "phase": "data_loading",
-                                   "excess_ms": pytest.approx(30.0, abs=1.0)}
+                                   "excess_ms": pytest.approx(30.0, abs=1.0),
+                                   "steps": [2, 3, 4, 5, 6, 7, 8], "intermittent": False,
+                                   "device": None}
+    assert result["timeline"] == "cpu"
+    assert result["verdict"].startswith("rank 1 is the straggler")
 
 
 def test_the_phases_of_one_step_are_what_the_rank_did():

@@ -71,7 +71,7 @@ def test_file_system_reads_default_to_nfs_mountstats_and_a_site_names_its_own():
     sel = [Matcher.host("instance", ["gpu01"])]
     query, unit = default.node_queries(sel, "2m")["fs_read"]
     assert unit == "B/s" and query == (
-        'sum by (instance) (max without (job) (rate(node_mountstats_nfs_read_bytes_total'
+        'sum by (instance) (avg without (job) (rate(node_mountstats_nfs_read_bytes_total'
         '{instance=~"(gpu01)(:[0-9]+)?"}[2m])))')
     lustre = Catalogue.from_config({"file_system": {
         "read": ["lustre_client_read_bytes_total", "gpfs_fs_bytes_read_total"]}})
@@ -86,15 +86,15 @@ def test_file_system_reads_default_to_nfs_mountstats_and_a_site_names_its_own():
 
 
 @pytest.mark.parametrize(("measure", "expected"), [
-    ("cpu_busy", '1 - avg by (instance) (sum by (instance, cpu) (max without (job) ('
+    ("cpu_busy", '1 - avg by (instance) (sum by (instance, cpu) (avg without (job) ('
                  'rate(node_cpu_seconds_total{cluster="a",mode="idle"}[2m]))))'),
-    ("mem_used", 'max by (instance) (max without (job) (node_memory_MemTotal_bytes'
-                 '{cluster="a"}) - max without (job) (node_memory_MemAvailable_bytes'
+    ("mem_used", 'max by (instance) (avg without (job) (node_memory_MemTotal_bytes'
+                 '{cluster="a"}) - avg without (job) (node_memory_MemAvailable_bytes'
                  '{cluster="a"}))'),
-    ("net_tx", 'sum by (instance) (max without (job) (rate(node_network_transmit_bytes_total'
+    ("net_tx", 'sum by (instance) (avg without (job) (rate(node_network_transmit_bytes_total'
                '{cluster="a",device!="lo"}[2m])))'),
     ("ib_rate_min", 'min by (instance) (node_infiniband_rate_bytes_per_second{cluster="a"})'),
-    ("ib_errors", 'sum by (instance) (max without (job) (label_replace(increase('
+    ("ib_errors", 'sum by (instance) (avg without (job) (label_replace(increase('
                   'node_infiniband_link_error_recovery_total{cluster="a"}[2m]), "beacon_name", '
                   '"node_infiniband_link_error_recovery_total", "", "") or label_replace('
                   'increase(node_infiniband_link_downed_total{cluster="a"}[2m]), "beacon_name",'

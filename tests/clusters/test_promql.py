@@ -157,15 +157,15 @@ RX, TX = ("node_infiniband_port_data_received_bytes_total",
 
 @pytest.mark.parametrize(("names", "matchers", "by", "fn", "expected"), [
     ([RX], [], ["instance"], "rate",
-     f"sum by (instance) (max without (job) (rate({RX}[2m])))"),
+     f"sum by (instance) (avg without (job) (rate({RX}[2m])))"),
     ([RX, RX], [], ["instance"], "rate",  # a repeated name is one selector
-     f"sum by (instance) (max without (job) (rate({RX}[2m])))"),
+     f"sum by (instance) (avg without (job) (rate({RX}[2m])))"),
     ([RX, TX], [Matcher.eq("cluster", 'a"b')], ["instance", "device"], "rate",
-     f'sum by (instance, device) (max without (job) ('
+     f'sum by (instance, device) (avg without (job) ('
      f'label_replace(rate({RX}{{cluster="a\\"b"}}[2m]), "beacon_name", "{RX}", "", "") or '
      f'label_replace(rate({TX}{{cluster="a\\"b"}}[2m]), "beacon_name", "{TX}", "", "")))'),
     (["a_total", "b_total"], [], ["instance", promql.NAME_LABEL], "increase",
-     'sum by (instance, beacon_name) (max without (job) ('
+     'sum by (instance, beacon_name) (avg without (job) ('
      'label_replace(increase(a_total[2m]), "beacon_name", "a_total", "", "") or '
      'label_replace(increase(b_total[2m]), "beacon_name", "b_total", "", "")))'),
 ])

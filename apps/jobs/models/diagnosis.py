@@ -1,7 +1,6 @@
 """Diagnosis rules (data admins edit) and the findings they produce on jobs.
 
-Imported by ``apps/jobs/models.py``, so these are models of the ``jobs`` app. A separate
-module keeps ``models.py`` under the size guide and away from the Job class.
+Re-exported by ``apps/jobs/models/__init__.py``, where Django finds the ``jobs`` app's models.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from django.db import models
 
 from apps.analysis.diagnosis import FACTS, OPERATORS, Condition, Rule, problems
 from apps.core.models import TimeStampedModel
+from apps.jobs.models.jobs import Job
 
 
 class DiagnosisRule(TimeStampedModel):
@@ -87,8 +87,6 @@ class DiagnosisCondition(models.Model):
 class JobFindingQuerySet(models.QuerySet["JobFinding"]):
     def visible_to(self, user: Any) -> JobFindingQuerySet:
         """A finding is visible to whoever sees its job."""
-        from apps.jobs.models import Job
-
         return self.filter(job__in=Job.objects.visible_to(user))
 
 
