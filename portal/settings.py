@@ -250,6 +250,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc files, served as static files
     "axes",
     "csp",
     "apps.core",
@@ -489,6 +490,9 @@ TASK_RUN_KEEP_DAYS = env_int("TASK_RUN_KEEP_DAYS", 90, minimum=1)
 # A run still "running" after this long lost its process (database or worker killed
 # mid-run): the sweep marks it failed. Keep it above the longest import or backfill.
 TASK_RUN_STALE_MINUTES = env_int("TASK_RUN_STALE_MINUTES", 120, minimum=10)
+# Seconds between refreshes of the open months' draft statements: beat's period, and the age
+# at which the chargeback page asks for one itself (no beat under the embedded default).
+CHARGEBACK_REFRESH_EVERY = env_int("CHARGEBACK_REFRESH_EVERY", 3600, minimum=300)
 # The whole timetable in one place (STYLE.md §4).
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "prune-task-runs": {"task": "apps.core.tasks.prune_task_runs", "schedule": 24 * 3600,
@@ -515,8 +519,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
                      "schedule": float(env_int("SLURM_LABEL_EVERY", 120, minimum=30))},
     # Chargeback (apps/chargeback): the open months' draft statements, rewritten in place.
     "chargeback-drafts": {"task": "apps.chargeback.tasks.refresh_drafts",
-                          "schedule": float(env_int("CHARGEBACK_REFRESH_EVERY", 3600,
-                                                    minimum=300))},
+                          "schedule": float(CHARGEBACK_REFRESH_EVERY)},
     # Quotas (apps/quotas): due scheduled quotas, drift, 80 %/100 % warnings, per cluster.
     "quotas-check": {"task": "apps.quotas.tasks.check_all_clusters",
                      "schedule": float(env_int("QUOTA_CHECK_EVERY", 600, minimum=60))},
@@ -680,7 +683,7 @@ GUARDRAILS_DIGEST_MIN_GPU_HOURS = env_int("GUARDRAILS_DIGEST_MIN_GPU_HOURS", 1, 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header turns "not signed in" into a 401
-        "rest_framework.authentication.TokenAuthentication",
+        "apps.accounts.tokens.NamedTokenAuthentication",  # named tokens, then DRF's own
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["apps.accounts.permissions.RolePermission"],
@@ -704,6 +707,9 @@ SPECTACULAR_SETTINGS = {
                    "security findings.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
     # Several models have a "status" or "state": name each enum so the schema stays stable.
     "ENUM_NAME_OVERRIDES": {"StatementStatusEnum": "apps.chargeback.models.Statement.Status",

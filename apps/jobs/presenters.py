@@ -22,6 +22,8 @@ from django.utils import timezone
 
 from apps.analysis import compact
 from apps.analysis.efficiency import MEASURE_NAMES, measure_note
+from apps.analysis.endings import OWNER_WORDS, EndingFacts, JobNames, explain, output_paths
+from apps.clusters.adapters.slurm.parse import expand_hostlist
 from apps.jobs import charts
 from apps.jobs.archive import PARTIAL_ATTEMPTS
 from apps.jobs.models import (
@@ -277,3 +279,34 @@ def array_summaries(rows: list[Job]) -> dict[tuple[int, int], dict[str, Any]]:
     for entry in out.values():
         entry["states"] = sorted(entry["states"].items(), key=lambda kv: (-kv[1], kv[0]))
     return out
+
+
+# --- How the job ended, and where its output went ----------------------------------------
+
+
+def ending_card(job: Job) -> dict[str, Any]:
+    """The ending in words with what to check (None while the job runs), the memory peak
+    against the request, and the stdout/stderr paths or why they are unknown."""
+    run = job.run_time
+    facts = EndingFacts(
+        state=job.state, exit_code=job.exit_code, signal=job.exit_signal,
+        started=job.start_time is not None,
+        run_s=run.total_seconds() if run is not None else None,
+        time_limit_s=job.time_limit_min * 60.0 if job.time_limit_min else None,
+        mem_requested_mb=job.memory_mb / max(1, job.node_count) if job.memory_mb else None,
+        mem_peak_mb=job.mem_peak_mb, nodes=job.node_count)
+    ending = explain(facts)
+    labels = job.labels or {}
+    names = JobNames(job.job_id, job.user_name, job.name, job.array_job_id,
+                     job.array_task_id, _first_node(job.nodes), job.work_dir)
+    paths = output_paths(names, "stdout" in labels, str(labels.get("stdout") or ""),
+                         str(labels.get("stderr") or ""))
+    return {"ending": ending, "output": paths,
+            "ending_owner": OWNER_WORDS[ending.owner] if ending else ""}
+
+
+def _first_node(nodes: str) -> str:
+    try:
+        return (expand_hostlist(nodes) or [""])[0] if nodes else ""
+    except ValueError:
+        return ""
