@@ -318,7 +318,7 @@ def _max_samples() -> dict[str, int]:
 
 def main(quick: bool) -> Result:
     repeats = 3 if quick else 7
-    from apps.clusters.adapters.base import AdapterError
+    from apps.core.errors import AdapterError
 
     with tempfile.TemporaryDirectory() as data_dir, private_prometheus():
         setup_django(data_dir)  # archive.analyse sits in a Django app (no database used)

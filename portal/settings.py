@@ -262,6 +262,7 @@ INSTALLED_APPS = [
     "apps.quotas",
     "apps.security",
     "apps.slo",
+    "apps.guardrails",
 ]
 
 MIDDLEWARE = [
@@ -487,6 +488,9 @@ TASK_RUN_KEEP_DAYS = env_int("TASK_RUN_KEEP_DAYS", 90, minimum=1)
 # A run still "running" after this long lost its process (database or worker killed
 # mid-run): the sweep marks it failed. Keep it above the longest import or backfill.
 TASK_RUN_STALE_MINUTES = env_int("TASK_RUN_STALE_MINUTES", 120, minimum=10)
+# Seconds between refreshes of the open months' draft statements: beat's period, and the age
+# at which the chargeback page asks for one itself (no beat under the embedded default).
+CHARGEBACK_REFRESH_EVERY = env_int("CHARGEBACK_REFRESH_EVERY", 3600, minimum=300)
 # The whole timetable in one place (STYLE.md §4).
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "prune-task-runs": {"task": "apps.core.tasks.prune_task_runs", "schedule": 24 * 3600,
@@ -513,8 +517,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
                      "schedule": float(env_int("SLURM_LABEL_EVERY", 120, minimum=30))},
     # Chargeback (apps/chargeback): the open months' draft statements, rewritten in place.
     "chargeback-drafts": {"task": "apps.chargeback.tasks.refresh_drafts",
-                          "schedule": float(env_int("CHARGEBACK_REFRESH_EVERY", 3600,
-                                                    minimum=300))},
+                          "schedule": float(CHARGEBACK_REFRESH_EVERY)},
     # Quotas (apps/quotas): due scheduled quotas, drift, 80 %/100 % warnings, per cluster.
     "quotas-check": {"task": "apps.quotas.tasks.check_all_clusters",
                      "schedule": float(env_int("QUOTA_CHECK_EVERY", 600, minimum=60))},
@@ -526,6 +529,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # SLOs (apps/slo): scorecards, monthly snapshots, breach and fast-burn notifications.
     "slo-evaluate": {"task": "apps.slo.tasks.evaluate_slos",
                      "schedule": float(env_int("SLO_EVALUATE_EVERY", 900, minimum=60))},
+    # Guardrails (apps/guardrails): running jobs' alerts and the idle-job policy; the weekly
+    # right-sizing digests (each user and team gets one per week, however often this runs).
+    "guardrails-check": {"task": "apps.guardrails.tasks.check_running_jobs",
+                         "schedule": float(env_int("GUARDRAILS_CHECK_EVERY", 600, minimum=60))},
+    "guardrails-digest": {"task": "apps.guardrails.tasks.send_digests",
+                          "schedule": float(env_int("GUARDRAILS_DIGEST_EVERY", 3600, minimum=300))},
 }
 
 # --- External services ---------------------------------------------------------------
@@ -609,6 +618,9 @@ SECURITY_MAX_CATCHUP_HOURS = env_int("SECURITY_MAX_CATCHUP_HOURS", 24, minimum=1
 SECURITY_CLAIM_EXPIRY = env_int("SECURITY_CLAIM_EXPIRY", 1800, minimum=60)
 SECURITY_SCRIPT_BATCH = env_int("SECURITY_SCRIPT_BATCH", 500, minimum=1)
 SECURITY_SCRIPT_LOOKBACK_DAYS = env_int("SECURITY_SCRIPT_LOOKBACK_DAYS", 7, minimum=1)
+# The shortest bucket (seconds) telemetry is read at from Prometheus; never below the
+# cluster's scrape interval. Tests scraping real exporters every second lower it.
+SECURITY_TELEMETRY_MIN_STEP = env_int("SECURITY_TELEMETRY_MIN_STEP", 60, minimum=1)
 # Critical findings at once, the rest in the digest: e-mail and/or a JSON webhook.
 SECURITY_NOTIFY_EMAILS = env_list("SECURITY_NOTIFY_EMAILS")
 SECURITY_WEBHOOK_URL = env_str("SECURITY_WEBHOOK_URL")
@@ -636,6 +648,33 @@ SLO_NOTIFY_EMAILS = env_list("SLO_NOTIFY_EMAILS")
 SLO_WEBHOOK_URL = env_str("SLO_WEBHOOK_URL")
 SLO_WEBHOOK_FORMAT = env_choice("SLO_WEBHOOK_FORMAT", "slack", ("slack", "mattermost"))
 SLO_WEBHOOK_TIMEOUT = env_int("SLO_WEBHOOK_TIMEOUT", 10, minimum=1)
+
+# --- Guardrails (apps/guardrails, docs/diagnosis.md "Guardrails") ----------------------
+
+# Alerts to a job's owner while it runs: GPUs idle this long (interactive partitions wait
+# longer: people think between notebook cells), memory held on them, a straggler GPU, an
+# input stall. Once per job and kind; at most GUARDRAILS_MAX_MESSAGES_PER_DAY messages per
+# user in 24 h; on for everyone unless a user or their team turns them off.
+GUARDRAILS_ALERTS_DEFAULT = env_bool("GUARDRAILS_ALERTS_DEFAULT", True)
+GUARDRAILS_IDLE_MINUTES = env_int("GUARDRAILS_IDLE_MINUTES", 60, minimum=10)
+GUARDRAILS_INTERACTIVE_IDLE_MINUTES = env_int("GUARDRAILS_INTERACTIVE_IDLE_MINUTES", 240,
+                                              minimum=10)
+GUARDRAILS_INTERACTIVE_PARTITIONS = env_list("GUARDRAILS_INTERACTIVE_PARTITIONS", "interactive")
+GUARDRAILS_IDLE_BELOW_PERCENT = env_int("GUARDRAILS_IDLE_BELOW_PERCENT", 5, minimum=1)
+GUARDRAILS_MEMORY_HELD_MIB = env_int("GUARDRAILS_MEMORY_HELD_MIB", 1024, minimum=1)
+GUARDRAILS_MIN_RUN_MINUTES = env_int("GUARDRAILS_MIN_RUN_MINUTES", 30, minimum=0)
+GUARDRAILS_STALL_RULES = env_list("GUARDRAILS_STALL_RULES",
+                                  "input-stall,input-stall-storage,input-stall-cpu")
+GUARDRAILS_MAX_MESSAGES_PER_DAY = env_int("GUARDRAILS_MAX_MESSAGES_PER_DAY", 4, minimum=1)
+GUARDRAILS_WEBHOOK_TIMEOUT = env_int("GUARDRAILS_WEBHOOK_TIMEOUT", 10, minimum=1)
+# The idle-job policy, off by default: "dry-run" records what it would do, "enforce" warns
+# the owner and cancels through the Slurm backend after the grace period.
+GUARDRAILS_POLICY = env_choice("GUARDRAILS_POLICY", "off", ("off", "dry-run", "enforce"))
+GUARDRAILS_POLICY_IDLE_MINUTES = env_int("GUARDRAILS_POLICY_IDLE_MINUTES", 120, minimum=10)
+GUARDRAILS_POLICY_GRACE_MINUTES = env_int("GUARDRAILS_POLICY_GRACE_MINUTES", 60, minimum=0)
+# The weekly right-sizing digest (weeks from Monday 00:00 UTC, sent in the next week's
+# first run): a user hears of their jobs when the advice would save this many GPU-hours.
+GUARDRAILS_DIGEST_MIN_GPU_HOURS = env_int("GUARDRAILS_DIGEST_MIN_GPU_HOURS", 1, minimum=0)
 
 # --- API -----------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ urlpatterns = [
     path("", include("apps.quotas.urls")),
     path("", include("apps.security.urls")),
     path("", include("apps.slo.urls")),
+    path("", include("apps.guardrails.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("portal.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -13,8 +13,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from apps.clusters.adapters import slurm_parse, slurm_parse_cluster
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.slurm import (
     Action,
     Association,
@@ -30,6 +28,9 @@ from apps.clusters.adapters.slurm import (
     SlurmPartition,
     UsageRow,
 )
+from apps.clusters.adapters.slurm import parse as slurm_parse
+from apps.clusters.adapters.slurm import parse_cluster as slurm_parse_cluster
+from apps.core.errors import AdapterError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "slurm"
 
@@ -61,6 +62,8 @@ class FakeSlurm:
     # what the first read after a limit write raises (Slurm took the write, then went away)
     read_fail_after_write: Exception | None = None
     after_write: Callable[[FakeSlurm], None] | None = None  # e.g. another writer races
+    can_cancel: bool = True
+    cancel_fail: Exception | None = None  # what cancel_job raises, if anything
     marker: str = "m1"
     unable: dict[Action, str] = field(default_factory=dict)  # what ``cannot`` answers
     until: datetime | None = None  # ``accounted_until``: None, as a live Slurm
@@ -194,6 +197,15 @@ class FakeSlurm:
             failure, self._fail_next_read = self._fail_next_read, None
             raise failure
         return next((a for a in self.assocs if a.account == account and not a.user), None)
+
+    def cancel_job(self, job_id: int) -> None:
+        """Records the call; the job's accounting row turns CANCELLED (as scancel)."""
+        self._call("cancel_job", job_id)
+        if self.cancel_fail is not None:
+            raise self.cancel_fail
+        for job in list(self.jobs):
+            if job.job_id == job_id:
+                self.set_job(job_id, state="CANCELLED")
 
     def set_account_limit(self, account: str, tres: str, minutes: int | None,
                           dry_run: bool = False) -> LimitChange:

@@ -98,8 +98,15 @@ def gpu_tracks(inputs: Inputs) -> tuple[float, tuple[GpuTrack, ...]]:
     return (frame.step, frame.gpus) if frame else (60.0, ())
 
 
-def quiet(allow: Allow, host: str, point: GpuPoint | NodePoint) -> bool:
-    return bool(allow.quiet_reason(host, point.t))
+def quiet(allow: Allow, host: str, point: GpuPoint | NodePoint,
+          track: GpuTrack | None = None) -> bool:
+    """Whether a quiet window covers the point: a GPU's point (``track`` given) is quiet in
+    a node's windows and in its own GPU's; a node's point only in whole-node windows."""
+    if not allow.quiet:
+        return False
+    if track is None:
+        return bool(allow.quiet_reason(host, point.t))
+    return bool(allow.quiet_reason(host, point.t, track.gpu, track.uuid))
 
 
 def as_int(text: str) -> int | None:

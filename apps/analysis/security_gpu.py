@@ -43,7 +43,7 @@ def gpu_activity_without_job(inputs: Inputs, cfg: RuleConfig, allow: Allow) -> O
         pts = track.points
 
         def keep(p: GpuPoint, track: GpuTrack = track) -> bool:
-            return p.free and not quiet(allow, track.host, p) and (
+            return p.free and not quiet(allow, track.host, p, track) and (
                 (p.util or 0) >= util_min or (p.fb_mib or 0) >= fb_min)
 
         for run in runs(pts, keep, step):
@@ -99,7 +99,8 @@ def gpu_memory_left_after_job(inputs: Inputs, cfg: RuleConfig, allow: Allow) -> 
         pts = track.points
 
         def keep(p: GpuPoint, track: GpuTrack = track) -> bool:
-            return p.free and not quiet(allow, track.host, p) and (p.fb_mib or 0) >= fb_min
+            return p.free and not quiet(allow, track.host, p, track) and \
+                (p.fb_mib or 0) >= fb_min
 
         for run in runs(pts, keep, step):
             job = _previous_owner(pts, run, step)

@@ -4,8 +4,10 @@ Registered in ``security_rules.RULES``."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from apps.analysis.components import canonical, split
 from apps.analysis.secret_shapes import SecretMatch, scan
 from apps.analysis.security_base import iso, lower, param
 from apps.analysis.security_types import (
@@ -68,46 +70,49 @@ class _Affected:
     nodes: set[str] = field(default_factory=set)
     advisories: dict[str, Advisory] = field(default_factory=dict)
     seen: float = 0.0
+    where: set[str] = field(default_factory=set)  # inventory qualifiers: site modules
 
 
 def vulnerable_software(inputs: Inputs, cfg: RuleConfig, allow: Allow) -> Outcome:
     """Inventory versions the advisory table lists as affected; one finding per node, or
-    one for the cluster when at least ``cluster_wide_share`` of the nodes report it."""
+    one for the cluster when at least ``cluster_wide_share`` of the nodes report it.
+    Names meet through ``components.canonical`` (``torch`` is ``pytorch``)."""
     out = Outcome()
+    aliases = allow.aliases or None
     affected: dict[tuple[str, str], _Affected] = {}
     by_software: dict[str, list[Advisory]] = defaultdict(list)
     for advisory in inputs.advisories:
-        by_software[_name(advisory.software)].append(advisory)
+        by_software[canonical(advisory.software, aliases)].append(advisory)
+    patched = {(canonical(name, aliases), version) for name, version in allow.versions}
     for node in inputs.software:
-        _check_node(node, by_software, allow, affected, out)
+        _check_node(node, by_software, patched, aliases, affected, out)
     total = len({n.node for n in inputs.software})
     for item in sorted(affected.values(), key=lambda a: (a.software, a.version)):
         out.hits.extend(_version_hits(cfg, item, total))
     return out
 
 
-def _name(software: str) -> str:
-    return software.strip().lower().replace("-", "_").replace(" ", "_")
-
-
-def _check_node(node: NodeSoftware, by_software: dict[str, list[Advisory]], allow: Allow,
+def _check_node(node: NodeSoftware, by_software: dict[str, list[Advisory]],
+                patched: set[tuple[str, str]], aliases: Mapping[str, str] | None,
                 affected: dict[tuple[str, str], _Affected], out: Outcome) -> None:
-    for software, raw in sorted(node.software.items()):
-        advisories = by_software.get(_name(str(software)))
-        if not advisories or (_name(str(software)), str(raw)) in allow.versions:
+    for key, raw in sorted(node.software.items()):
+        software, where = split(str(key), aliases)
+        advisories = by_software.get(software)
+        if not advisories or (software, str(raw)) in patched:
             continue
         version = parse_version(raw)
         if version is None:
-            out.skipped.append(f"inventory {node.node}: {software} version {str(raw)[:40]!r} "
+            out.skipped.append(f"inventory {node.node}: {key} version {str(raw)[:40]!r} "
                                f"is not a version")
             continue
         hits = [a for a in advisories if is_vulnerable(version, a)]
         if hits:
-            item = affected.setdefault((_name(str(software)), str(raw)),
-                                       _Affected(_name(str(software)), str(raw)))
+            item = affected.setdefault((software, str(raw)), _Affected(software, str(raw)))
             item.nodes.add(node.node)
             item.advisories.update({",".join(a.cves): a for a in hits})
             item.seen = max(item.seen, node.collected_at)
+            if where:
+                item.where.add(where)
 
 
 def _version_hits(cfg: RuleConfig, item: _Affected, total: int) -> list[Hit]:
@@ -118,6 +123,8 @@ def _version_hits(cfg: RuleConfig, item: _Affected, total: int) -> list[Hit]:
     evidence = {"software": item.software, "version": item.version, "cves": cves,
                 "fixed_in": fixed, "nodes": sorted(item.nodes),
                 "notes": [a.note for a in advisories if a.note]}
+    if item.where:
+        evidence["provided_by"] = sorted(item.where)
     share = param(cfg, "cluster_wide_share")
     if total > 1 and len(item.nodes) >= share * total:
         return [Hit("vulnerable_software", severity, f"{item.software}:{item.version}:*",

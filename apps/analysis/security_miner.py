@@ -115,7 +115,8 @@ def _signature_runs(inputs: Inputs, cfg: RuleConfig, allow: Allow, track: GpuTra
     def keep(p: GpuPoint) -> bool:
         return ((p.util or 0) >= util - _TOLERANCE and p.tensor is not None
                 and p.tensor <= tensor + _TOLERANCE / 3
-                and (p.sm is None or p.sm >= sm - _TOLERANCE) and not quiet(allow, track.host, p))
+                and (p.sm is None or p.sm >= sm - _TOLERANCE)
+                and not quiet(allow, track.host, p, track))
 
     found = []
     for run in runs(pts, keep, step):
@@ -367,7 +368,7 @@ def _job_gpu_util(inputs: Inputs, allow: Allow) -> dict[str, dict[float, float]]
     out: dict[str, dict[float, float]] = defaultdict(dict)
     for track in gpu_tracks(inputs)[1]:
         for p in track.points:
-            if len(p.owners) != 1 or p.util is None or quiet(allow, track.host, p):
+            if len(p.owners) != 1 or p.util is None or quiet(allow, track.host, p, track):
                 continue
             at = out[p.owners[0]]
             at[p.t] = max(at.get(p.t, 0.0), p.util)

@@ -29,34 +29,37 @@ from apps.analysis.security_types import (
     Outcome,
     RuleConfig,
     SshEvent,
+    SshSource,
 )
 
 # --- 3. InfiniBand ---------------------------------------------------------------------------
 
 
 def ib_traffic_without_multinode_job(inputs: Inputs, cfg: RuleConfig, allow: Allow) -> Outcome:
-    """InfiniBand bytes above ``baseline_bps`` on a node no multi-node job holds (give or
-    take ``grace_minutes``), for at least ``min_minutes``."""
+    """InfiniBand bytes above the node's storage baseline on a node no multi-node job holds
+    (give or take ``grace_minutes``), for at least ``min_minutes``. The baseline is the
+    node group's or partition's (``Allow.ib_baselines``), else ``baseline_bps``."""
     out = Outcome()
     if inputs.frame is None:
         return out
     step, grace = inputs.frame.step, param(cfg, "grace_minutes") * 60
-    baseline = param(cfg, "baseline_bps")
     for node in inputs.frame.nodes:
         multi = [a for a in inputs.allocations if a.multi_node and node.host in a.nodes]
+        baseline, source = allow.ib_baseline(node.host, param(cfg, "baseline_bps"))
 
-        def keep(p: NodePoint, node: NodeTrack = node, multi: list[Allocation] = multi) -> bool:
+        def keep(p: NodePoint, node: NodeTrack = node, multi: list[Allocation] = multi,
+                 baseline: float = baseline) -> bool:
             return (p.ib_bps is not None and p.ib_bps >= baseline and not quiet(allow, node.host, p)
                     and not any(a.overlaps(node.host, p.t - step, p.t, grace) for a in multi))
 
         for run in runs(node.points, keep, step):
             if long_enough(node.points, run, step, param(cfg, "min_minutes")):
-                _add_ib_hit(out, inputs, cfg, node, run, step)
+                _add_ib_hit(out, inputs, cfg, node, run, step, (baseline, source))
     return out
 
 
 def _add_ib_hit(out: Outcome, inputs: Inputs, cfg: RuleConfig, node: NodeTrack, run: list[int],
-                step: float) -> None:
+                step: float, baseline: tuple[float, str]) -> None:
     pts = node.points
     start, end = span(pts, run, step)
     if not reportable(inputs, end):
@@ -70,7 +73,8 @@ def _add_ib_hit(out: Outcome, inputs: Inputs, cfg: RuleConfig, node: NodeTrack, 
         f"{node.host}: {round(max(rates) / 1e9, 1)} GB/s InfiniBand with no multi-node job",
         start, end, node=node.host, merge_gap=1.5 * step,
         evidence={"window": window(start, end), "mean_bps": round(sum(rates) / len(rates)),
-                  "peak_bps": round(max(rates)), "baseline_bps": param(cfg, "baseline_bps"),
+                  "peak_bps": round(max(rates)), "baseline_bps": baseline[0],
+                  "baseline_from": baseline[1],
                   "device": devices.most_common(1)[0][0] if devices else "",
                   "node_level": f"InfiniBand counters are per node: {len(sharing)} job(s) "
                                 f"shared it during this stretch",
@@ -202,27 +206,62 @@ def _denial_hit(inputs: Inputs, cfg: RuleConfig, source: str, burst: list[SshEve
 
 
 def ssh_unexpected_source(inputs: Inputs, cfg: RuleConfig, allow: Allow) -> Outcome:
-    """Accepted logins from outside ``allowed_sources`` (off while the list is empty)."""
+    """Accepted logins from a source not allowed for that kind of user: the networks of
+    ``allowed_sources`` (everyone) and the site's SSH sources (everyone, admins only,
+    service accounts only). Off while no source is configured. An admin login from an
+    unlisted address counts once a source is listed for admins; until then admins log in
+    from anywhere."""
     out = Outcome()
+    sources = [SshSource(str(text), "everyone", "allowed_sources")
+               for text in param(cfg, "allowed_sources")] + list(allow.ssh_sources)
     networks = []
-    for text in param(cfg, "allowed_sources"):
+    for source in sources:
         try:
-            networks.append(ipaddress.ip_network(str(text), strict=False))
+            networks.append((ipaddress.ip_network(source.network, strict=False), source))
         except ValueError:
-            out.skipped.append(f"ssh_unexpected_source: {str(text)[:60]!r} is not a network")
+            out.skipped.append(f"ssh_unexpected_source: {source.network[:60]!r} is not a network")
     if not networks:
         return out
+    admins_listed = any(s.who == "admins" for _, s in networks)
     for e in inputs.ssh:
-        if e.kind != "accepted" or not inputs.inside(e.t) or e.user in allow.admin_users:
+        if e.kind != "accepted" or not inputs.inside(e.t) or not e.source:
             continue
-        address = ipaddress.ip_address(e.source) if e.source else None
-        if address is not None and not any(address in n for n in networks):
-            out.hits.append(Hit(
-                "ssh_unexpected_source", cfg.severity, f"{e.source}:{e.user}",
-                f"{e.user} logged in to {e.host} from {e.source}", e.t, e.t, node=e.host,
-                user=e.user, team=inputs.user_teams.get(e.user, ""),
-                evidence={"at": iso(e.t), "source_ip": e.source, "method": e.method}))
+        kind = allow.user_kind(e.user)
+        if kind == "admins" and not admins_listed:
+            continue
+        verdict = login_source(kind, e.source, networks)
+        if verdict is not None:
+            out.hits.append(_source_hit(inputs, cfg, e, kind, verdict))
     return out
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def login_source(kind: str, address: str,
+                 networks: Sequence[tuple[Network, SshSource]]) -> str | None:
+    """None when a login of this kind of user (``admins``, ``service``, ``users``) from
+    ``address`` is allowed; else why not: the source it came from is for others, or it is
+    in no listed network. An unreadable address is not allowed."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return f"{address[:60]!r} is not an address"
+    inside = [s for net, s in networks if ip in net]
+    if any(s.who in ("everyone", kind) for s in inside):
+        return None
+    if inside:
+        names = ", ".join(sorted({s.name or s.network for s in inside}))
+        return f"{names} is for {', '.join(sorted({s.who for s in inside}))} only"
+    return "in no allowed network"
+
+
+def _source_hit(inputs: Inputs, cfg: RuleConfig, e: SshEvent, kind: str, why: str) -> Hit:
+    return Hit("ssh_unexpected_source", cfg.severity, f"{e.source}:{e.user}",
+               f"{e.user} logged in to {e.host} from {e.source}", e.t, e.t, node=e.host,
+               user=e.user, team=inputs.user_teams.get(e.user, ""),
+               evidence={"at": iso(e.t), "source_ip": e.source, "method": e.method,
+                         "user_kind": kind, "why": why})
 
 
 # --- 6. Exposed services --------------------------------------------------------------------

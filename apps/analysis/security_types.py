@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from apps.analysis.recurrence import Recurrence
+
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 CONFIDENCES = ("low", "medium", "high")
 
@@ -185,42 +187,104 @@ class SshEvent:
     method: str = ""
 
 
-# --- Allow-lists --------------------------------------------------------------------------
+# --- Allow-lists and site configuration ---------------------------------------------------
 
 
 @dataclass(frozen=True)
 class QuietWindow:
     """Nodes (a glob) where telemetry rules stay quiet for a while: maintenance, drain,
-    burn-in, health checks. ``None`` ends are open."""
+    burn-in, health checks. ``None`` ends are open.
+
+    ``gpus`` narrows it to single GPUs (indices as text, or UUIDs): then only those GPUs'
+    points are quiet, and node-level rules (InfiniBand) are not. ``every`` makes it
+    recurring (daily at 04:00 for 5 minutes) between ``start`` and ``end``.
+    """
 
     hosts: str
     start: float | None = None
     end: float | None = None
     reason: str = ""
+    gpus: frozenset[str] = frozenset()
+    every: Recurrence | None = None
 
-    def covers(self, host: str, t: float) -> bool:
+    def covers(self, host: str, t: float, gpu: int | None = None, uuid: str = "") -> bool:
+        """Whether the point of ``host`` (and GPU ``gpu``/``uuid``, None for the node) at
+        ``t`` is quiet."""
+        if self.gpus and (gpu is None or (str(gpu) not in self.gpus
+                                          and (not uuid or uuid not in self.gpus))):
+            return False
         return (fnmatch.fnmatchcase(host, self.hosts)
                 and (self.start is None or t >= self.start)
-                and (self.end is None or t <= self.end))
+                and (self.end is None or t <= self.end)
+                and (self.every is None or self.every.active(t)))
+
+
+@dataclass(frozen=True)
+class SshSource:
+    """A network logins may come from, and for whom: ``everyone``, ``admins`` (the admin
+    bastion) or ``service`` (service accounts)."""
+
+    network: str
+    who: str = "everyone"
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class IbBaseline:
+    """The storage traffic (bytes/s) InfiniBand carries on a node group (``hosts`` glob)
+    or a Slurm partition without any multi-node job: rule 3's baseline there."""
+
+    bps: float
+    hosts: str = ""
+    partition: str = ""
+    name: str = ""
+
+    def matches(self, host: str, partitions: frozenset[str]) -> bool:
+        return bool((self.hosts and fnmatch.fnmatchcase(host, self.hosts))
+                    or (self.partition and self.partition in partitions))
 
 
 @dataclass(frozen=True)
 class Allow:
-    """What admins allow: admin users (SSH anywhere), exempt users (health-check and
-    burn-in accounts), quiet node windows, and version strings known to be patched
-    (distribution backports: ``(software, version)``)."""
+    """What admins allow and configure: admin users (SSH anywhere), exempt users
+    (health-check and burn-in accounts), quiet windows, version strings known to be
+    patched (distribution backports: ``(software, version)``), where SSH logins may come
+    from per kind of user, InfiniBand baselines per node group or partition (with each
+    node's partitions), and the site's component aliases (normalised, built-ins included:
+    ``components.alias_table``; empty: the built-ins)."""
 
     admin_users: frozenset[str] = frozenset()
     exempt_users: frozenset[str] = frozenset()
     quiet: tuple[QuietWindow, ...] = ()
     versions: frozenset[tuple[str, str]] = frozenset()
+    ssh_sources: tuple[SshSource, ...] = ()
+    ib_baselines: tuple[IbBaseline, ...] = ()
+    partitions: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    aliases: Mapping[str, str] = field(default_factory=dict)
 
-    def quiet_reason(self, host: str, t: float) -> str:
-        """Why ``host`` is quiet at ``t`` ('' when it is not)."""
+    def quiet_reason(self, host: str, t: float, gpu: int | None = None, uuid: str = "") -> str:
+        """Why ``host`` (or its GPU ``gpu``) is quiet at ``t`` ('' when it is not)."""
         for window in self.quiet:
-            if window.covers(host, t):
+            if window.covers(host, t, gpu, uuid):
                 return window.reason or "allow-listed"
         return ""
+
+    def user_kind(self, user: str) -> str:
+        """``admins``, ``service`` or ``users``: whom an SSH source may be for."""
+        if user in self.admin_users:
+            return "admins"
+        return "service" if user in self.exempt_users else "users"
+
+    def ib_baseline(self, host: str, default: float) -> tuple[float, str]:
+        """The InfiniBand baseline of ``host`` and where it comes from. A node in several
+        groups gets the largest: each group's storage traffic is expected there."""
+        found = [b for b in self.ib_baselines
+                 if b.matches(host, self.partitions.get(host, frozenset()))]
+        if not found:
+            return default, "rule default"
+        best = max(found, key=lambda b: b.bps)
+        return best.bps, best.name or (f"partition {best.partition}" if best.partition
+                                       else f"nodes {best.hosts}")
 
 
 # --- Everything a detection run reads ------------------------------------------------------

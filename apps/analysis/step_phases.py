@@ -1,47 +1,54 @@
 """One rank's trace cut into training steps, and each step into phases (pure).
 
-Every instant of a step goes to exactly one phase, so the phases add up to the step:
-communication first (the union of collective spans, on any thread or stream, so a wait
-inside a collective is never counted as compute), then user annotations mapped through
-``PhaseConfig``, then what PyTorch emits by itself (DataLoader, optimizer, autograd ops,
-DDP forward), then "forward" as the rest before backward when nothing marks it; the rest
-is "other".
+Every instant of a step goes to exactly one phase, so the phases add up to the step.
+Where spans overlap, the first of these wins:
+
+1. communication: the union of collective spans, on any thread or stream, so a wait inside
+   a collective is never counted as compute;
+2. user annotations (``record_function``) on the training thread that map to a phase
+   (``PhaseConfig``: a default mapping for common frameworks, plus the site's own), the
+   innermost first, so Lightning's ``training_step`` inside its ``optimizer_step`` is
+   forward, not optimizer;
+3. what PyTorch emits by itself: DataLoader, optimizer, autograd ops (backward), DDP forward;
+4. user annotations that map to no phase, by their own name (``## metrics:publish ##``),
+   the innermost first; one that spans the whole step is a wrapper, not a stage, and is
+   passed over;
+5. "forward" as the rest of the step before backward when nothing marks it;
+6. "other": the rest.
 
 CPU traces (gloo) are cut on the CPU timeline. GPU traces are cut on the GPU timeline,
-because the CPU runs ahead of the GPU: a step's window starts with the first kernel
-launched in it; NCCL kernels are communication, other kernels take the phase the CPU was
-in when it launched them, and time the GPU sat idle takes the phase the CPU was in then
-(an input stall shows as idle GPU during data loading).
+because the CPU runs ahead of the GPU (``gpu_timeline``): compute kernels take the phase
+the CPU was in when it launched them, collective kernels not under a compute kernel are
+communication (overlapped communication costs nothing), and time the GPU sat idle takes
+the phase the CPU was in then, outside collective calls (an input stall shows as idle GPU
+during data loading). Each GPU step also gets the GPU's own account (``GpuStep``): idle,
+compute, communication and exposed communication, which the verdict reads first.
 """
 
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from apps.analysis.gpu_timeline import (
+    DeviceKernels,
+    GpuStep,
+    gpu_windows,
+    is_comm_kernel,
+    kernels_by_step,
+    launch_times,
+)
 from apps.analysis.intervals import Interval, IntervalSet, Segment, label_at, partition
 from apps.analysis.trace_types import Kind, RankTrace, TraceEvent
 
 PHASES = ("data_loading", "forward", "backward", "communication", "optimizer", "other")
 OWN_PHASES = tuple(p for p in PHASES if p != "communication")
-# When user phases overlap, the inner ones usually sit in this order of priority.
-PRIORITY = ("data_loading", "optimizer", "backward", "forward", "other")
 
 STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-NCCL_KERNEL_RE = re.compile(r"^nccl(Dev)?Kernel_")
-
-DEFAULT_ANNOTATION_PHASES: Mapping[str, str] = {
-    "data": "data_loading", "dataloading": "data_loading", "dataloader": "data_loading",
-    "loaddata": "data_loading", "input": "data_loading", "getbatch": "data_loading",
-    "forward": "forward", "fwd": "forward", "forwardpass": "forward",
-    "backward": "backward", "bwd": "backward", "backwardpass": "backward",
-    "optimizer": "optimizer", "optimizerstep": "optimizer", "optim": "optimizer",
-    "optimizer.step": "optimizer", "zerograd": "optimizer",
-    "allreduce": "communication", "communication": "communication", "comm": "communication",
-}
+# Lightning names its spans "[LightningModule]Net.training_step", "[Strategy]DDP.backward"
+BRACKET_PREFIX_RE = re.compile(r"^\s*\[[^\]]*\]\s*(?P<rest>.+)$")
 
 
 def normalise(name: str) -> str:
@@ -49,15 +56,56 @@ def normalise(name: str) -> str:
     return re.sub(r"[#\s_\-]+", "", name).lower()
 
 
+def _names(phase: str, *names: str) -> dict[str, str]:
+    return {normalise(n): phase for n in names}
+
+
+# The names common frameworks and sites give their stages (docs/traces.md lists them).
+DEFAULT_ANNOTATION_PHASES: Mapping[str, str] = {
+    **_names("data_loading",
+             "data", "data_loading", "data_load", "dataloader", "load_data", "input",
+             "get_batch", "next_batch", "fetch_batch", "load_batch", "wait_for_batch",
+             # TorchRec's train pipeline: the next batch is copied and its sparse features
+             # distributed (all-to-all) while this one trains
+             "copy_batch_to_gpu", "sparse_data_dist", "wait_sparse_data_dist",
+             # Lightning, Megatron
+             "train_dataloader_next", "batch_to_device", "transfer_batch_to_device",
+             "batch-generator"),
+    **_names("forward",
+             "forward", "fwd", "forward_pass", "model_forward",
+             # Lightning and Hugging Face Trainer: the forward pass and the loss
+             "training_step", "compute_loss",
+             # DeepSpeed and Megatron timers
+             "fwd_microstep", "forward-compute"),
+    **_names("backward",
+             "backward", "bwd", "backward_pass", "loss_backward", "bwd_microstep",
+             "bwd_inner_microstep", "backward-compute"),
+    **_names("optimizer",
+             "optimizer", "optim", "optimizer_step", "optimizer.step", "zero_grad",
+             "optimizer_zero_grad", "step_microstep", "clip_gradients",
+             "optimizer-inner-step", "optimizer-copy-to-main-grad",
+             "optimizer-copy-main-to-model-params", "optimizer-unscale-and-check-inf",
+             "optimizer-clip-main-grad", "optimizer-count-zeros"),
+    **_names("communication",
+             "allreduce", "all_reduce", "communication", "comm", "bwd_allreduce",
+             "all-grads-sync", "params-all-gather", "grads-reduce-scatter",
+             "layernorm-grads-all-reduce", "embedding-grads-all-reduce"),
+}
+
+
 @dataclass(frozen=True)
 class PhaseConfig:
     """Which user annotations mean which phase, and when a rank counts as a straggler.
 
     A straggler must be ahead of the median of the other ranks by at least
-    ``min_excess_ms`` AND ``min_excess_fraction`` of the median step, and be the last to
-    arrive in at least ``min_step_share`` of the steps. A run with no straggler whose ranks
-    spend ``comm_bound_fraction`` of their steps in collectives is communication-bound.
-    The defaults are calibrated on balanced DDP runs (docs/traces.md).
+    ``min_excess_ms`` AND ``min_excess_fraction`` of the median step: in most steps
+    (``min_step_share``: a consistent straggler), or in at least ``intermittent_min_steps``
+    steps and ``intermittent_min_share`` of them while no other rank ever is (an
+    intermittent one). A run with no straggler whose ranks spend ``comm_bound_fraction``
+    of their steps in (exposed) collectives is communication-bound; a GPU idle at least
+    ``gpu_idle_fraction`` of each step cannot be fed by its CPU. An unmapped annotation
+    spanning ``wrapper_fraction`` of a step is a wrapper, not a stage. The defaults are
+    calibrated on balanced DDP runs (docs/traces.md).
     """
 
     annotation_phases: Mapping[str, str] = field(
@@ -65,7 +113,11 @@ class PhaseConfig:
     min_excess_ms: float = 5.0
     min_excess_fraction: float = 0.15
     min_step_share: float = 0.6
+    intermittent_min_steps: int = 2
+    intermittent_min_share: float = 0.25
     comm_bound_fraction: float = 0.5
+    gpu_idle_fraction: float = 0.3
+    wrapper_fraction: float = 0.95
 
     def __post_init__(self) -> None:
         bad = {k: v for k, v in self.annotation_phases.items() if v not in PHASES}
@@ -75,17 +127,31 @@ class PhaseConfig:
                            {normalise(k): v for k, v in self.annotation_phases.items()})
 
     def phase_of(self, annotation: str) -> str | None:
-        return self.annotation_phases.get(normalise(annotation))
+        """The phase a user annotation stands for: its whole name, then the part a
+        framework's convention makes meaningful (Lightning's method after ``[Hook]Class.``,
+        TorchRec's stage before ``:``)."""
+        phases = self.annotation_phases
+        phase = phases.get(normalise(annotation))
+        if phase is None and (match := BRACKET_PREFIX_RE.match(annotation)):
+            phase = phases.get(normalise(match["rest"].rsplit(".", 1)[-1]))
+        if phase is None and ":" in annotation:
+            phase = phases.get(normalise(annotation.split(":", 1)[0]))
+        return phase
 
 
 @dataclass(frozen=True)
 class StepPhases:
-    """One step of one rank: its window (µs) and its phases (ms, adding up to the step)."""
+    """One step of one rank: its window (µs), its phases (ms, adding up to the step) and,
+    on GPU traces, the GPU's account of it.
+
+    ``phases_ms`` has every name of ``PHASES``, then the unmapped annotations by name.
+    """
 
     step: int
     start: float
     end: float
     phases_ms: Mapping[str, float]
+    gpu: GpuStep | None = None
 
     @property
     def dur_ms(self) -> float:
@@ -112,10 +178,10 @@ class RankSteps:
 
 def is_collective(event: TraceEvent) -> bool:
     """``Collective name`` first, then names: nccl:/gloo: annotations, c10d:: ops, kernels."""
-    if event.collective:
-        return True
     if event.kind is Kind.KERNEL:
-        return bool(NCCL_KERNEL_RE.match(event.name))
+        return is_comm_kernel(event)
+    if event.collective:
+        return event.kind is not Kind.MEMORY
     if event.kind in (Kind.ANNOTATION, Kind.GPU_ANNOTATION):
         return event.name.startswith(("nccl:", "gloo:"))
     return event.kind is Kind.CPU_OP and event.name.startswith("c10d::")
@@ -140,81 +206,110 @@ def builtin_phase(event: TraceEvent) -> str | None:
 
 # --- CPU timeline --------------------------------------------------------------------------
 
+Span = tuple[float, float, str]  # start, end, label
+
 
 @dataclass
 class _CpuLayers:
     """The whole trace's CPU intervals, by phase, ready to be cut per step."""
 
     comm: IntervalSet
-    user: dict[str, IntervalSet]
+    mapped: list[Span]  # user annotations on the training thread that map to a phase
     builtin: dict[str, IntervalSet]
     autograd: IntervalSet  # backward is first-to-last autograd op in each step
+    unmapped: list[Span]  # user annotations on the training thread that map to nothing
+    wrapper_fraction: float
 
     @classmethod
-    def of(cls, events: Sequence[TraceEvent], config: PhaseConfig) -> _CpuLayers:
+    def of(cls, events: Sequence[TraceEvent], config: PhaseConfig,
+           main_thread: int | str | None) -> _CpuLayers:
         comm: list[Interval] = []
-        user: dict[str, list[Interval]] = {p: [] for p in PHASES}
+        mapped: list[Span] = []
+        unmapped: list[Span] = []
         builtin: dict[str, list[Interval]] = {p: [] for p in PHASES}
         for event in events:
-            span = (event.ts, event.end)
-            if event.kind in (Kind.KERNEL, Kind.LAUNCH, Kind.GPU_ANNOTATION, Kind.STEP):
+            if event.kind in (Kind.KERNEL, Kind.MEMORY, Kind.LAUNCH, Kind.GPU_ANNOTATION,
+                              Kind.STEP):
                 continue
+            span = (event.ts, event.end)
             if is_collective(event):
                 comm.append(span)
-            elif event.kind is Kind.ANNOTATION and (phase := config.phase_of(event.name)):
-                user[phase].append(span)
             elif phase := builtin_phase(event):
                 builtin[phase].append(span)
-        return cls(IntervalSet(comm), {p: IntervalSet(v) for p, v in user.items()},
+            elif event.kind is Kind.ANNOTATION and event.thread == main_thread:
+                phase = config.phase_of(event.name)
+                target = mapped if phase else unmapped
+                target.append((*span, phase or event.name))
+        return cls(IntervalSet(comm), sorted(mapped),
                    {p: IntervalSet(v) for p, v in builtin.items() if p != "backward"},
-                   IntervalSet(builtin["backward"]))
+                   IntervalSet(builtin["backward"]), sorted(unmapped),
+                   config.wrapper_fraction)
 
-    def segments(self, window: Interval) -> list[Segment]:
-        """One step window cut into phases, in the priority order of the module docstring."""
+    def segments(self, window: Interval, with_comm: bool = True) -> list[Segment]:
+        """One step window cut into phases, in the order of the module docstring."""
         lo, hi = window
         autograd = self.autograd.within(lo, hi)
         backward = [(autograd[0][0], autograd[-1][1])] if autograd else []
-        layers: list[tuple[str, Sequence[Interval]]] = [
-            ("communication", self.comm.within(lo, hi)),
-            ("communication", self.user["communication"].within(lo, hi)),
-        ]
-        layers += [(p, self.user[p].within(lo, hi)) for p in PRIORITY]
+        layers: list[tuple[str, Sequence[Interval]]] = []
+        if with_comm:
+            layers.append(("communication", self.comm.within(lo, hi)))
+        mapped = _innermost_first(self.mapped, lo, hi)
+        layers += mapped
         layers += [("data_loading", self.builtin["data_loading"].within(lo, hi)),
                    ("optimizer", self.builtin["optimizer"].within(lo, hi)),
                    ("backward", backward),
                    ("forward", self.builtin["forward"].within(lo, hi))]
-        marked = self.user["forward"].within(lo, hi) + self.builtin["forward"].within(lo, hi)
+        wrapper = self.wrapper_fraction * (hi - lo)
+        layers += [(label, spans) for label, spans in _innermost_first(self.unmapped, lo, hi)
+                   if spans[0][1] - spans[0][0] < wrapper]
         if backward:
             # forward runs from its first mark (or the step start) up to backward: this
             # takes in the loss, computed outside DDP's forward
-            start = min((s for s, _ in marked), default=lo)
-            layers.append(("forward", [(start, backward[0][0])]))
+            marked = [s for label, spans in mapped if label == "forward" for s, _ in spans]
+            marked += [s for s, _ in self.builtin["forward"].within(lo, hi)]
+            layers.append(("forward", [(min(marked, default=lo), backward[0][0])]))
         return partition(window, layers)
+
+
+def _innermost_first(spans: Sequence[Span], lo: float,
+                     hi: float) -> list[tuple[str, list[Interval]]]:
+    """The spans overlapping ``[lo, hi)``, clipped, shortest first, one layer each."""
+    inside = [(max(s, lo), min(e, hi), label) for s, e, label in spans if s < hi and e > lo]
+    inside.sort(key=lambda span: span[1] - span[0])
+    return [(label, [(s, e)]) for s, e, label in inside]
 
 
 def _phases_ms(window: Interval, segments: Sequence[Segment]) -> dict[str, float]:
     phases = dict.fromkeys(PHASES, 0.0)
     for start, end, label in segments:
-        phases[label] += (end - start) / 1000
-    phases["other"] += max((window[1] - window[0]) / 1000 - sum(phases.values()), 0.0)
+        phases[label] = phases.get(label, 0.0) + (end - start) / 1000
+    named = sum(phases.values())
+    phases["other"] += max((window[1] - window[0]) / 1000 - named, 0.0)
     return phases
 
 
 # --- Steps --------------------------------------------------------------------------------
 
 
-def _profiler_steps(trace: RankTrace) -> tuple[list[tuple[int, Interval]], list[str]]:
+def main_thread(trace: RankTrace) -> int | str | None:
+    """The training thread: the one that carries ``ProfilerStep#N``."""
+    threads = Counter(e.thread for e in trace.events if e.kind is Kind.STEP)
+    return threads.most_common(1)[0][0] if threads else None
+
+
+def _profiler_steps(trace: RankTrace,
+                    main: int | str | None) -> tuple[list[tuple[int, Interval]], list[str]]:
     """``ProfilerStep#N`` windows on the training thread, in order, with problems found."""
     warnings: list[str] = []
-    steps = [e for e in trace.events if e.kind is Kind.STEP]
-    if not steps:
-        return [], [f"{trace.source}: no ProfilerStep#N events (profile with a schedule and "
-                    f"call prof.step() every iteration)"]
-    main = Counter(e.thread for e in steps).most_common(1)[0][0]
+    if main is None:
+        return [], [f"{trace.source}: no ProfilerStep#N events, so no training steps to "
+                    f"analyse (profile with a schedule and call prof.step() every iteration)"]
     found: dict[int, Interval] = {}
-    for event in steps:
+    for event in trace.events:
+        if event.kind is not Kind.STEP or event.thread != main:
+            continue
         match = STEP_RE.search(event.name)
-        if event.thread != main or not match:
+        if not match:
             continue
         if event.dur <= 0:
             warnings.append(f"{trace.source}: {event.name} has no duration; skipped")
@@ -229,91 +324,69 @@ def rank_steps(trace: RankTrace, config: PhaseConfig) -> RankSteps:
     The last step of an active window contains the export of the trace itself (seconds
     outside the training loop), so it would skew every statistic: HTA drops it too.
     """
-    steps, warnings = _profiler_steps(trace)
+    main = main_thread(trace)
+    steps, warnings = _profiler_steps(trace, main)
     warnings += [f"{trace.source}: {note}" for note in trace.notes]
-    has_gpu = any(e.kind is Kind.KERNEL for e in trace.events)
-    cpu = _CpuLayers.of(trace.events, config)
-    if has_gpu:
-        analysed = _gpu_steps(trace, steps, cpu, config)
+    cpu = _CpuLayers.of(trace.events, config, main)
+    kernels = DeviceKernels(trace)
+    if kernels:
+        analysed = _gpu_steps(trace, steps, cpu, kernels)
     else:
         analysed = [StepPhases(n, w[0], w[1], _phases_ms(w, cpu.segments(w)))
                     for n, w in steps[:-1]]
-    if steps and not analysed:
-        warnings.append(f"{trace.source}: only one traced step, which is the export step; "
-                        f"trace at least two active steps")
-    return RankSteps(trace.source, "gpu" if has_gpu else "cpu", tuple(analysed),
+    if len(steps) == 1:
+        warnings.append(f"{trace.source}: only one traced step ({_step_name(steps[0][0])}), "
+                        f"which is the export step; trace at least two active steps")
+    elif steps and not analysed:
+        warnings.append(f"{trace.source}: no GPU kernel could be matched to a traced step "
+                        f"(by the correlation id of its launch)")
+    return RankSteps(trace.source, "gpu" if kernels else "cpu", tuple(analysed),
                      tuple(warnings))
+
+
+def _step_name(n: int) -> str:
+    return f"ProfilerStep#{n}"
 
 
 # --- GPU timeline ---------------------------------------------------------------------------
 
 
 def _gpu_steps(trace: RankTrace, steps: Sequence[tuple[int, Interval]], cpu: _CpuLayers,
-               config: PhaseConfig) -> list[StepPhases]:
-    """Steps on the GPU timeline: window N runs from the first kernel of step N to that of N+1."""
-    launches: dict[int, float] = {e.correlation: e.ts for e in trace.events
-                if e.kind is Kind.LAUNCH and e.correlation is not None}
-    kernels = [e for e in trace.events if e.kind is Kind.KERNEL]
-    cpu_segments = sorted(s for _, w in steps for s in cpu.segments(w))
-    starts = [s[0] for s in cpu_segments]
-    labelled = [(k, _kernel_phase(k, launches, cpu_segments, starts)) for k in kernels]
-    by_step = _kernels_by_step(labelled, steps, launches)
-    bounds = [min(k.ts for k, _ in by_step[n]) if by_step[n] else None for n, _ in steps]
-    layers = _gpu_layers(trace, labelled, cpu_segments, config)
+               kernels: DeviceKernels) -> list[StepPhases]:
+    """Steps on the GPU timeline (``gpu_timeline.gpu_windows``), phases and GPU account."""
+    launches = launch_times(trace)
+    windows = gpu_windows(steps, kernels_by_step(kernels.events, steps, launches))
+    # what the CPU was doing, with and without its collective calls
+    launched_in = sorted(s for _, w in steps for s in cpu.segments(w))
+    idle_in = sorted(s for _, w in steps for s in cpu.segments(w, with_comm=False))
+    layers = _gpu_layers(kernels, launches, launched_in, idle_in)
     out = []
-    for i, (n, _) in enumerate(steps[:-1]):
-        lo, hi = bounds[i], bounds[i + 1]
-        if lo is None:
-            continue
-        if hi is None:
-            hi = max(k.end for k, _ in by_step[n])
-        window = (lo, hi)
-        out.append(StepPhases(n, lo, hi, _phases_ms(window, partition(window, [
-            (label, ivs.within(lo, hi)) for label, ivs in layers]))))
+    for n, window in windows:
+        lo, hi = window
+        segments = partition(window, [(label, ivs.within(lo, hi)) for label, ivs in layers])
+        out.append(StepPhases(n, lo, hi, _phases_ms(window, segments), kernels.step(window)))
     return out
 
 
-def _kernel_phase(kernel: TraceEvent, launches: Mapping[int, float],
-                  segments: Sequence[Segment], starts: Sequence[float]) -> str:
-    if is_collective(kernel):
-        return "communication"
-    launched = launches.get(kernel.correlation) if kernel.correlation is not None else None
-    label = label_at(segments, starts, launched) if launched is not None else None
-    # a compute kernel launched while the CPU sat in a collective is still compute
-    return "other" if label in (None, "communication") else str(label)
-
-
-def _kernels_by_step(labelled: Sequence[tuple[TraceEvent, str]],
-                     steps: Sequence[tuple[int, Interval]],
-                     launches: Mapping[int, float]) -> dict[int, list[tuple[TraceEvent, str]]]:
-    """Kernels grouped by the CPU step that launched them (by ``correlation``)."""
-    starts = [w[0] for _, w in steps]
-    by_step: dict[int, list[tuple[TraceEvent, str]]] = {n: [] for n, _ in steps}
-    for kernel, label in labelled:
-        launched = launches.get(kernel.correlation) if kernel.correlation is not None else None
-        index = bisect_right(starts, launched) - 1 if launched is not None else -1
-        if index >= 0 and launched is not None and launched < steps[index][1][1]:
-            by_step[steps[index][0]].append((kernel, label))
-    return by_step
-
-
-def _gpu_layers(trace: RankTrace, labelled: Sequence[tuple[TraceEvent, str]],
-                cpu_segments: Sequence[Segment],
-                config: PhaseConfig) -> list[tuple[str, IntervalSet]]:
-    """Priority: NCCL kernels, GPU annotations, kernels by launch phase, then the CPU's phase."""
-    gpu_user: dict[str, list[Interval]] = {p: [] for p in PHASES}
-    for event in trace.events:
-        if event.kind is Kind.GPU_ANNOTATION and (phase := config.phase_of(event.name)):
-            gpu_user[phase].append((event.ts, event.end))
-    by_label: dict[str, list[Interval]] = {p: [] for p in PHASES}
-    for kernel, label in labelled:
-        by_label[label].append((kernel.ts, kernel.end))
-    idle: dict[str, list[Interval]] = {p: [] for p in PHASES}
-    for start, end, label in cpu_segments:
-        idle[label].append((start, end))
-    layers = [("communication", IntervalSet(by_label["communication"] +
-                                            gpu_user["communication"]))]
-    for source in (gpu_user, by_label, idle):
-        layers += [(p, IntervalSet(source[p])) for p in PRIORITY if source[p]]
-    layers.append(("communication", IntervalSet(idle["communication"])))
-    return layers
+def _gpu_layers(kernels: DeviceKernels, launches: Mapping[int, float],
+                launched_in: Sequence[Segment],
+                idle_in: Sequence[Segment]) -> list[tuple[str, IntervalSet]]:
+    """Compute kernels by launch phase, then exposed collectives, memory copies by launch
+    phase, then idle time by what the CPU was doing outside collective calls."""
+    starts = [s[0] for s in launched_in]
+    compute: dict[str, list[Interval]] = {}
+    memory: dict[str, list[Interval]] = {}
+    for events, target in ((kernels.compute_events, compute), (kernels.memory_events, memory)):
+        for event in events:
+            launched = launches.get(event.correlation)  # type: ignore[arg-type]
+            label = label_at(launched_in, starts, launched) if launched is not None else None
+            # a kernel launched while the CPU sat in a collective call is still compute
+            label = "other" if label is None or label == "communication" else label
+            target.setdefault(label, []).append((event.ts, event.ts + event.dur))
+    idle: dict[str, list[Interval]] = {}
+    for start, end, label in idle_in:
+        idle.setdefault(label, []).append((start, end))
+    return [*((p, IntervalSet(v)) for p, v in compute.items()),
+            ("communication", kernels.comm),
+            *((p, IntervalSet(v)) for p, v in memory.items()),
+            *((p, IntervalSet(v)) for p, v in idle.items())]

@@ -32,6 +32,7 @@ class AuditEvent(models.Model):
         ADMIN = "admin", "Admin edit"
         CHARGEBACK = "chargeback", "Chargeback change"
         QUOTA = "quota", "Quota change"
+        GUARDRAIL = "guardrail", "Idle-job policy"
         TOKEN = "api_token", "API token"
 
     at = models.DateTimeField(default=timezone.now, db_index=True)

@@ -71,6 +71,9 @@ class BillingPeriod(TimeStampedModel):
         max_digits=5, decimal_places=4, default=Decimal("0"),
         validators=[MinValueValidator(Decimal("0")), MaxValueValidator(Decimal("1"))],
         help_text="useful_plus_fee: share of the rate charged per wasted GPU-hour (0..1)")
+    refresh_requested_at = models.DateTimeField(
+        null=True, blank=True, editable=False,
+        help_text="When a page last asked for the month's drafts to be refreshed (the claim)")
 
     class Meta:
         ordering = ["-month"]

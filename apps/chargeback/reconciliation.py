@@ -23,7 +23,7 @@ from apps.chargeback.services import month_period
 from apps.chargeback.usage import gpu_seconds_by_job
 from apps.clusters.adapters.slurm import SlurmClient
 from apps.clusters.models import Cluster, SlurmAssociation
-from apps.clusters.sync import client_for
+from apps.clusters.services import client_for
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job
 

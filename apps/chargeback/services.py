@@ -19,13 +19,13 @@ import re
 import zoneinfo
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, time
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Min, Q, QuerySet
 from django.utils import timezone
 
 from apps.accounts.models import Team
@@ -35,6 +35,7 @@ from apps.audit.models import AuditEvent
 from apps.chargeback.bulk import insert_lines, update_totals
 from apps.chargeback.models import BillingPeriod, Rate, Statement, StatementLine
 from apps.chargeback.usage import grouped_rows, wasteful_jobs
+from apps.core.broker import publish_on_commit
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job
 
@@ -95,6 +96,24 @@ def rate_card() -> list[cb.Rate]:
                     _midnight(r.valid_until) if r.valid_until else None, r.partition,
                     r.gpu_model, settings.CHARGEBACK_CURRENCY)
             for r in Rate.objects.all()]
+
+
+def months_between(first: datetime, last: datetime) -> list[date]:
+    """Every calendar month (in ``TIME_ZONE``) from ``first``'s to ``last``'s, in order."""
+    month, end = current_month(first), current_month(last)
+    months = []
+    while month <= end:
+        months.append(month)
+        month = date(month.year + (month.month == 12), month.month % 12 + 1, 1)
+    return months
+
+
+def rates_in_force(month: date) -> list[Rate]:
+    """The rate card's rows that price some part of ``month`` (what its statements used)."""
+    nxt = date(month.year + (month.month == 12), month.month % 12 + 1, 1)
+    return list(Rate.objects.filter(valid_from__lt=nxt)
+                .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=month))
+                .order_by("partition", "gpu_model", "valid_from"))
 
 
 def compute_lines(month: date, jobs: QuerySet[Job] | None = None,
@@ -376,6 +395,63 @@ def user_usage(user: Any, month: date, now: datetime | None = None) -> UserUsage
     by_team = compute_lines(month, Job.objects.filter(user=user), now)
     lines = [line for team_lines in by_team.values() for line in team_lines]
     return UserUsage(month, terms_for(month), lines, cb.totals(lines))
+
+
+def refresh_due(month: date, now: datetime | None = None) -> bool:
+    """Whether ``month``'s drafts are older than ``CHARGEBACK_REFRESH_EVERY``, or missing
+    while GPU jobs ran in it (a month whose statements are all final never is)."""
+    now = now or timezone.now()
+    period = month_period(month)
+    if period.start > now:
+        return False
+    statements = Statement.objects.filter(period__month=month)
+    drafts = statements.filter(status=Statement.Status.DRAFT)
+    if drafts.exists():
+        oldest = drafts.aggregate(oldest=Min("computed_at"))["oldest"]
+        return oldest is None or (now - oldest).total_seconds() > \
+            settings.CHARGEBACK_REFRESH_EVERY
+    if statements.exists():
+        return False  # all final
+    return Job.objects.filter(gpu_equivalent__gt=0, start_time__lt=period.end).filter(
+        Q(end_time__isnull=True) | Q(end_time__gt=period.start)).exists()
+
+
+def request_refresh(month: date, now: datetime | None = None) -> bool:
+    """Ask for ``month``'s drafts to be refreshed when they are due; True if this call asked.
+
+    Pages call this, so drafts follow the month without a beat (the embedded default runs
+    the task in-process, a worker otherwise). A conditional UPDATE of the month's
+    ``refresh_requested_at`` claims the request: concurrent views ask once per period.
+    """
+    from apps.chargeback.tasks import refresh_month  # tasks import this module
+
+    now = now or timezone.now()
+    if not refresh_due(month, now):
+        return False
+    period = period_row(month)
+    since = now - timedelta(seconds=settings.CHARGEBACK_REFRESH_EVERY)
+    claimed = BillingPeriod.objects.filter(pk=period.pk).filter(
+        Q(refresh_requested_at__isnull=True) | Q(refresh_requested_at__lt=since)
+    ).update(refresh_requested_at=now)
+    if claimed:  # a broker outage releases the claim: the next view asks again
+        publish_on_commit(refresh_month, f"{month:%Y-%m}", on_failure=lambda exc: (
+            BillingPeriod.objects.filter(pk=period.pk, refresh_requested_at=now)
+            .update(refresh_requested_at=None)))
+    return bool(claimed)
+
+
+def save_rate(rate: Rate, user: Any, change: str) -> int:
+    """Store a rate from the Rates page, audit it, and ask every month that has drafts to
+    refresh them (final statements keep their copied prices); the number of months."""
+    from apps.chargeback.tasks import refresh_month  # tasks import this module
+
+    rate.save()
+    _audit(user, f"rate: {rate}", change=change, price=str(rate.price))
+    months = sorted(set(Statement.objects.filter(status=Statement.Status.DRAFT)
+                        .values_list("period__month", flat=True)))
+    for month in months:
+        publish_on_commit(refresh_month, f"{month:%Y-%m}")
+    return len(months)
 
 
 def refresh_open_months(now: datetime | None = None) -> list[RefreshResult]:

@@ -40,6 +40,8 @@ urlpatterns = [
     path("chargeback/statements/<int:pk>/adjust/", views.AdjustView.as_view(),
          name="chargeback-adjust"),
     path("chargeback/terms/", views.TermsView.as_view(), name="chargeback-terms"),
+    path("chargeback/rates/", views.RatesView.as_view(), name="chargeback-rates"),
+    path("chargeback/rates/<int:pk>/", views.RateEditView.as_view(), name="chargeback-rate-edit"),
     path("chargeback/refresh/", views.RefreshView.as_view(), name="chargeback-refresh"),
     path("chargeback/reconcile/", views.ReconcileView.as_view(), name="chargeback-reconcile"),
     path("chargeback/reconciliations/<int:pk>/", views.ReconciliationDetailView.as_view(),

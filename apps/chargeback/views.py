@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Any
 
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
@@ -24,11 +25,11 @@ from django.views.generic import TemplateView
 from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin
 from apps.analysis.chargeback import Policy
 from apps.chargeback import charts, reconciliation, services
-from apps.chargeback.models import BillingPeriod, Reconciliation, Statement
-from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError
-from apps.clusters.adapters.slurm import Action
+from apps.chargeback.models import BillingPeriod, Rate, Reconciliation, Statement
+from apps.clusters import services as cluster_services
+from apps.clusters.adapters.slurm.types import Action
 from apps.clusters.models import Cluster
+from apps.core.errors import AdapterError
 from apps.jobs.views import HttpResponseSeeOther
 
 
@@ -58,15 +59,18 @@ class ChargebackHomeView(ActionRequiredMixin, TemplateView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
         month = _month(self.request)
+        services.request_refresh(month)  # drafts follow the month without a beat (issue 19)
         statements = services.statements_of(month,
                                             Statement.objects.visible_to(self.request.user))
         ctx.update(_nav(month), statements=statements, policies=[p.value for p in Policy],
                    period=BillingPeriod.objects.filter(month=month).first(),
-                   split_figure=_split_figure(statements))
+                   split_figure=_split_figure(statements),
+                   rates=services.rates_in_force(month), currency=settings.CHARGEBACK_CURRENCY,
+                   refresh_minutes=settings.CHARGEBACK_REFRESH_EVERY // 60)
         if self.request.user.is_staff:
             clusters = list(Cluster.objects.visible_to(self.request.user))
             # said before the button is pressed: a backend that cannot reconcile, and why
-            checked = [(c, sync.cannot(c, Action.RECONCILE)) for c in clusters]
+            checked = [(c, cluster_services.cannot(c, Action.RECONCILE)) for c in clusters]
             ctx["clusters"] = [c for c, why in checked if not why]
             ctx["cannot_reconcile"] = [(c, why) for c, why in checked if why]
             ctx["reconciliations"] = Reconciliation.objects.filter(month=month).select_related(
@@ -102,8 +106,11 @@ class StatementDetailView(ActionRequiredMixin, TemplateView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
         statement = _visible_statement(self.request, kwargs["pk"])
+        if not statement.is_final and services.request_refresh(statement.period.month):
+            statement = _visible_statement(self.request, kwargs["pk"])  # as just refreshed
         lines = list(statement.lines.all())
         ctx.update(statement=statement, usage_lines=[ln for ln in lines if ln.kind == "usage"],
+                   rates=services.rates_in_force(statement.period.month),
                    wasteful=services.wasteful_jobs_of(statement),
                    adjustments=[ln for ln in lines if ln.kind == "adjustment"],
                    month_over=services.month_period(statement.period.month).end
@@ -221,7 +228,7 @@ class ReconcileView(_AdminPost):
         cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
         if cluster is None:
             return self.done(request, None, ValueError("no such cluster"), where)
-        if why := sync.cannot(cluster, Action.RECONCILE):
+        if why := cluster_services.cannot(cluster, Action.RECONCILE):
             return self.done(request, None, ValueError(f"{cluster.name}: {why}"), where)
         try:
             row = reconciliation.reconcile_month(cluster, month)
@@ -243,3 +250,66 @@ class ReconciliationDetailView(ActionRequiredMixin, TemplateView):
         ctx["rec"] = get_object_or_404(Reconciliation.objects.select_related("cluster"),
                                        pk=kwargs["pk"])
         return ctx
+
+
+# --- The rate card ------------------------------------------------------------------------------
+
+
+class RateForm(forms.ModelForm):
+    class Meta:
+        model = Rate
+        fields = ["partition", "gpu_model", "price", "valid_from", "valid_until", "note"]
+        widgets = {"valid_from": forms.DateInput(attrs={"type": "date"}),
+                   "valid_until": forms.DateInput(attrs={"type": "date"})}
+        labels = {"gpu_model": "GPU model", "price": "Price per GPU-hour"}
+
+
+class RatesView(ActionRequiredMixin, TemplateView):
+    """The rate card (admins): every rate, and a form to add one. Drafts follow a change."""
+
+    template_name = "chargeback/rates.html"
+    required_action = ADMIN
+    write_action = ADMIN
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        ctx.update(rates=Rate.objects.all(), form=kwargs.get("form") or RateForm(
+            initial={"valid_from": services.current_month()}),
+            currency=settings.CHARGEBACK_CURRENCY)
+        return ctx
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = RateForm(request.POST)
+        if not form.is_valid():
+            return self.render_to_response(self.get_context_data(form=form), status=400)
+        return _rate_saved(request, services.save_rate(form.save(commit=False), request.user,
+                                                       "rate added"))
+
+
+class RateEditView(ActionRequiredMixin, TemplateView):
+    """One rate's form (admins); a final statement keeps the price it copied."""
+
+    template_name = "chargeback/rate_edit.html"
+    required_action = ADMIN
+    write_action = ADMIN
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        rate = get_object_or_404(Rate, pk=kwargs["pk"])
+        ctx.update(rate=rate, form=kwargs.get("form") or RateForm(instance=rate),
+                   currency=settings.CHARGEBACK_CURRENCY)
+        return ctx
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        form = RateForm(request.POST, instance=get_object_or_404(Rate, pk=pk))
+        if not form.is_valid():
+            return self.render_to_response(self.get_context_data(pk=pk, form=form), status=400)
+        return _rate_saved(request, services.save_rate(form.save(commit=False), request.user,
+                                                       "rate changed"))
+
+
+def _rate_saved(request: HttpRequest, months: int) -> HttpResponse:
+    messages.success(request, f"Rate card saved; the drafts of {months} open month"
+                              f"{'' if months == 1 else 's'} follow it (final statements keep "
+                              "the prices they copied).")
+    return HttpResponseSeeOther(reverse("chargeback-rates"))

@@ -22,7 +22,7 @@ from django.db.models import Q
 from apps.analysis.job_labels import MAX_SCRIPT, LabelRules, match_labels, rules_from_dict
 from apps.clusters.adapters.slurm import SlurmClient
 from apps.clusters.models import Cluster
-from apps.clusters.sync import client_for
+from apps.clusters.services import client_for
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job
 
@@ -37,6 +37,10 @@ def load_rules(path: str) -> LabelRules:
         return rules_from_dict(json.loads(Path(path).read_text()))
     except (OSError, ValueError) as exc:
         raise ValueError(f"job label rules {path}: {exc}") from exc
+
+
+# Labels every scripted job has (the rules' version, the output paths): not an AI label.
+NOT_AI_LABELS = {"rules", "stdout", "stderr"}
 
 
 def _unlabelled(cluster: Cluster, rules: LabelRules, limit: int | None) -> list[Job]:
@@ -65,7 +69,7 @@ def _store(jobs: list[Job], script_of: Callable[[Job], str], rules: LabelRules) 
                     Job.objects.filter(pk__in=[j.pk for j in chunk]).update(
                         labels=chunk[0].labels)
         Job.objects.bulk_update(single, ["labels"], batch_size=500)
-    return sum(1 for j in jobs if len(j.labels) > 1)
+    return sum(1 for j in jobs if set(j.labels) - NOT_AI_LABELS)
 
 
 def label_jobs(cluster: Cluster, client: SlurmClient | None = None,

@@ -6,6 +6,7 @@ import zoneinfo
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
@@ -122,6 +123,13 @@ class Cluster(TimeStampedModel):
     @property
     def title(self) -> str:
         return self.display_name or self.name
+
+    @property
+    def metrics_url(self) -> str:
+        """The Prometheus this cluster's live metrics come from: its own, else the site's
+        ``PROMETHEUS_URL``; "" when there is none (pages then show the stored archive and
+        queue no refresh that could only fail, issue 19)."""
+        return self.prometheus_url or settings.PROMETHEUS_URL
 
     @property
     def is_stale(self) -> bool:

@@ -25,19 +25,18 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
+from apps.clusters import services
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
-    Action,
     GpuBinding,
     QueueEntry,
     SlurmClient,
-    slurm_client,
 )
-from apps.clusters.adapters.slurm_parse import parse_gpu_map_log
+from apps.clusters.adapters.slurm.parse import parse_gpu_map_log
 from apps.clusters.importer import ImportResult, JobImporter
 from apps.clusters.models import Cluster, Node, Partition, SlurmAssociation
 from apps.core.broker import publish_on_commit
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job, JobGpu
 
@@ -46,26 +45,6 @@ logger = logging.getLogger(__name__)
 # archive_pending beat task (bounded batches).
 ARCHIVE_AT_ONCE_WITHIN = timedelta(days=1)
 ARCHIVE_AT_ONCE_MAX = 500
-
-
-def client_for(cluster: Cluster) -> SlurmClient:
-    """The cluster's Slurm backend, configured from its row (never from settings)."""
-    if cluster.slurm_backend == Cluster.SlurmBackend.NONE:
-        raise AdapterError(f"cluster {cluster.name} has no Slurm backend (imports only)",
-                           service="slurm")
-    # a simulated cluster's files backend keeps quota writes in its simulated state
-    options = {"cluster": cluster.name, "simulated": cluster.is_simulated,
-               **(cluster.slurm_settings or {})}
-    return slurm_client(cluster.slurm_backend, options)
-
-
-def cannot(cluster: Cluster, action: Action) -> str:
-    """Why the cluster's Slurm backend cannot do ``action`` ("" when it can): what a page
-    says in place of the button, before anything is tried."""
-    try:
-        return client_for(cluster).cannot(action)
-    except AdapterError as exc:  # no backend, a backend misconfigured or not installed
-        return str(exc)
 
 
 # --- Claiming a cluster -----------------------------------------------------------------
@@ -127,7 +106,7 @@ def sync_cluster(cluster: Cluster, client: SlurmClient | None = None) -> SyncRes
             run.stats = result.stats()
             return result
         try:
-            result = _sync_jobs(cluster, client or client_for(cluster), now)
+            result = _sync_jobs(cluster, client or services.client_for(cluster), now)
             _record_success(cluster, result, now)
         except Exception as exc:
             Cluster.objects.filter(pk=cluster.pk).update(last_sync_error=str(exc)[:2000])
@@ -226,6 +205,12 @@ def on_jobs_finished(cluster: Cluster, job_pks: list[int]) -> None:
     """
     from apps.jobs.tasks import archive_job  # jobs depends on clusters, not the reverse
 
+    if not cluster.metrics_url:
+        # Nothing to fetch from: a task would only fail (issue 19: a fresh demo opened on
+        # 155 failed runs). Archives come from files here (``archive_jobs --openmetrics``).
+        logger.info("cluster %s: %d jobs finished, no Prometheus: no archive queued",
+                    cluster.name, len(job_pks))
+        return
     recent = list(Job.objects.filter(
         pk__in=job_pks, gpu_equivalent__gt=0,
         end_time__gte=timezone.now() - ARCHIVE_AT_ONCE_WITHIN,
@@ -266,7 +251,7 @@ def sync_queue(cluster: Cluster, client: SlurmClient | None = None) -> QueueResu
     stats say why the bindings are missing and the intervals are left as they were. A
     transient failure (slurmctld down) fails the run, to be retried.
     """
-    client = client or client_for(cluster)
+    client = client or services.client_for(cluster)
     now = timezone.now()
     with tracked_run("slurm.sync_queue", cluster=cluster, target=cluster.name) as run:
         entries = client.queue()
@@ -368,7 +353,7 @@ def _nodes_by_name(cluster: Cluster, names: set[str]) -> dict[str, Node]:
 def sync_nodes(cluster: Cluster, client: SlurmClient | None = None) -> dict[str, int]:
     """Upsert partitions and nodes (with their partitions). Nodes Slurm no longer reports
     are kept, with state ``gone``: their GPU history refers to them."""
-    client = client or client_for(cluster)
+    client = client or services.client_for(cluster)
     with tracked_run("slurm.sync_nodes", cluster=cluster, target=cluster.name) as run:
         slurm_nodes, slurm_parts = client.nodes(), client.partitions()
         with transaction.atomic():
@@ -405,7 +390,7 @@ def sync_shares(cluster: Cluster, client: SlurmClient | None = None) -> dict[str
     A backend without fairshare (slurmrestd) still stores the limits; the run's stats say
     why usage is missing.
     """
-    client = client or client_for(cluster)
+    client = client or services.client_for(cluster)
     with tracked_run("slurm.sync_shares", cluster=cluster, target=cluster.name) as run:
         assocs = client.associations()
         try:

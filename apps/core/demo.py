@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 from django.db import transaction
+from django.db.models import Min
 
 from apps.accounts.models import Contact, Membership, Team
+from apps.chargeback import services as billing
+from apps.chargeback.models import Rate
 from apps.clusters import labels, sync
 from apps.clusters.models import Cluster, SlurmAccount
 from apps.core.batch import fewer_collections
@@ -108,6 +112,7 @@ def _steps(cluster: Cluster, folder: Path,
     yield "archive", lambda: archive_telemetry(cluster, folder / "telemetry", report, now)
     yield "traces", lambda: import_traces(cluster, folder / "traces", report)
     yield "security", lambda: detect_simulated(cluster, folder, now)
+    yield "chargeback", lambda: chargeback(cluster, now)
     yield "slo", lambda: evaluate_slos(now)
 
 
@@ -280,6 +285,29 @@ def import_traces(cluster: Cluster, folder: Path, report: Report) -> dict[str, A
         report("traces", number, len(dirs))
     return {"imported": done, "unknown_jobs": missing,
             "stored": TraceRun.objects.filter(job__cluster=cluster).count()}
+
+
+# Per GPU-hour in CHARGEBACK_CURRENCY, by GPU model ("": any other); made up for the demo.
+EXAMPLE_PRICES = {"h200": "3.20", "h100": "2.50", "a100": "1.60", "": "1.00"}
+EXAMPLE_NOTE = "example prices (demo): not a real tariff"
+
+
+def chargeback(cluster: Cluster, now: datetime) -> dict[str, Any]:
+    """Statements ready out of the box (issue 19): an example rate card when the card is
+    empty (labelled as such; an admin's own card is never touched), then the draft
+    statements of every simulated month, computed at the simulated "now"."""
+    first = Job.objects.filter(cluster=cluster, start_time__isnull=False).aggregate(
+        first=Min("start_time"))["first"]
+    months = billing.months_between(first or now, now)
+    added = 0
+    if not Rate.objects.exists():
+        models = {t["name"] for t in cluster.gpu_types} | {""}
+        added = len(Rate.objects.bulk_create([
+            Rate(gpu_model=model, price=Decimal(price), valid_from=months[0], note=EXAMPLE_NOTE)
+            for model, price in EXAMPLE_PRICES.items() if model in models]))
+    results = [billing.refresh_statements(month, now=now) for month in months]
+    return {"example_rates": added, "months": [r.month for r in results],
+            "drafts": sum(r.drafts for r in results)}
 
 
 def evaluate_slos(now: datetime) -> dict[str, Any]:

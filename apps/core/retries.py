@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError
 
-from apps.clusters.adapters.base import TransientAdapterError
+from apps.core.errors import TransientAdapterError
 
 DATABASE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
 

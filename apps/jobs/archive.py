@@ -38,7 +38,7 @@ from apps.analysis.efficiency import GpuSummary, JobEfficiency, summarise_job
 from apps.analysis.health import GpuHealth, NodeHealth, gpu_health, node_health
 from apps.analysis.stragglers import GpuSignals, StragglerVerdict, detect
 from apps.analysis.timeseries import GpuKey, Series, Window, regrid
-from apps.clusters.adapters.base import AdapterError
+from apps.clusters import services as cluster_services
 from apps.clusters.adapters.catalogue import Catalogue, CatalogueError
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.telemetry import (
@@ -51,6 +51,7 @@ from apps.clusters.adapters.telemetry import (
 )
 from apps.clusters.models import Cluster
 from apps.core.batch import forked, forked_map
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.openmetrics import JobRequest, JobSeries, first_timestamp, jobs_series
 from apps.jobs.diagnosis import RuleSet, diagnose_job, diagnose_many
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary, JobNodeMetrics
@@ -255,10 +256,9 @@ def catalogue_for(cluster: Cluster) -> Catalogue:
 
 def prometheus_source(cluster: Cluster) -> PrometheusSource:
     """The Prometheus source of ``cluster`` (AdapterError when none is configured)."""
-    url = cluster.prometheus_url or settings.PROMETHEUS_URL
-    if not url:
+    client = cluster_services.prometheus_for(cluster)
+    if client is None:
         raise AdapterError(f"cluster {cluster.name} has no Prometheus URL", service="prometheus")
-    client = PrometheusClient(url, timeout=settings.PROMETHEUS_TIMEOUT)
     return PrometheusSource(client, catalogue_for(cluster))
 
 
@@ -484,14 +484,17 @@ def signals(result: JobEfficiency, health: dict[GpuKey, GpuHealth]) -> list[GpuS
 
 def pending_job_pks(grace_s: int = 120, lookback_days: int = 14, limit: int = 5000) -> list[int]:
     """Finished jobs with GPUs and no final archive, ended at least ``grace_s`` ago
-    (the last scrapes arrive late) and recently enough for Prometheus to still hold them.
+    (the last scrapes arrive late) and recently enough for Prometheus to still hold them,
+    on clusters that have a Prometheus.
 
     A ``partial`` archive (its answer carried warnings) waits ``PARTIAL_RETRY_AFTER``
     between attempts.
     """
     now = timezone.now()
+    jobs = Job.objects.all() if settings.PROMETHEUS_URL else \
+        Job.objects.exclude(cluster__prometheus_url="")  # no source: the task could only fail
     return list(
-        Job.objects.exclude(state__in=Job.ACTIVE_STATES)
+        jobs.exclude(state__in=Job.ACTIVE_STATES)
         .filter(gpu_equivalent__gt=0, start_time__isnull=False,
                 end_time__lte=now - timedelta(seconds=grace_s),
                 end_time__gte=now - timedelta(days=lookback_days))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.models import Cluster
+from apps.core.errors import AdapterError
 from apps.core.retries import RETRY, RETRY_DB
 from apps.core.runs import tracked_run
 from apps.jobs import archive, traces

@@ -15,11 +15,11 @@ from django.views.generic import DetailView, TemplateView
 
 from apps.accounts.permissions import VIEW, ActionRequiredMixin, lead_team_ids
 from apps.analysis.phases import TraceAnalysisError
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.models import Cluster
 from apps.core.context_processors import simulated_banner
+from apps.core.errors import AdapterError
 from apps.core.paging import keyset_page
-from apps.jobs import services, traces
+from apps.jobs import presenters, services, traces
 from apps.jobs.filters import JobFilterSet
 from apps.jobs.models import Job, JobMetrics
 
@@ -47,7 +47,7 @@ class JobListView(ActionRequiredMixin, TemplateView):
         filterset = JobFilterSet(self.request.GET, queryset=jobs)
         grouped = self.request.GET.get("group", "arrays") != "tasks" and \
             not self.request.GET.get("q")
-        rows = services.list_rows(filterset.qs, grouped)
+        rows = presenters.list_rows(filterset.qs, grouped)
         # the team scope reads each led team's (team, -submit_time) index on its own
         split = ("team_id", led) if scope == "team" else None
         page = keyset_page(rows, self.request.GET.get("after", ""), PAGE_SIZE, "submit_time",
@@ -57,7 +57,7 @@ class JobListView(ActionRequiredMixin, TemplateView):
         ctx.update(
             scope=scope, scopes=_scopes_for(user, led), filter=filterset, page=page,
             query=query.urlencode(), grouped=grouped,
-            arrays=services.array_summaries(page.rows) if grouped else {},
+            arrays=presenters.array_summaries(page.rows) if grouped else {},
             slurm_clusters=Cluster.objects.visible_to(user).fed_by_slurm(),
         )
         return ctx
@@ -101,12 +101,21 @@ class JobDetailView(ActionRequiredMixin, DetailView):
             if job.array_job_id else []
         )
         ctx.update(_metrics_card(job))
-        ctx.update(services.traces_panel(job))
+        ctx.update(presenters.ending_card(job))
+        ctx.update(presenters.traces_panel(job))
         ctx["upload_limit_mb"] = settings.TRACE_UPLOAD_MAX_MB
         ctx.update(simulated_banner(job.cluster))
+        ctx["detection_problems"] = _detection_problems(job)
         return ctx
 
 
+def _detection_problems(job: Job) -> list[Any]:
+    """The job's cluster's last detection run, when it did not read all its sources: the
+    telemetry rules (miners, GPUs used without a job) may not have looked at this job."""
+    from apps.security.services import detection_problem  # security reads jobs: no cycle
+
+    problem = detection_problem(job.cluster)
+    return [problem] if problem else []
 UPLOAD_TAG = "trace-upload"  # messages shown at the upload form, not in the top banner
 
 
@@ -124,13 +133,13 @@ def _metrics_card(job: Job) -> dict[str, Any]:
     """The stored metrics at once; a worker is asked to refresh them when they are stale.
 
     The page never waits on Prometheus (with a worker); under the embedded default the
-    task runs in-process and records, rather than raises, a failure.
+    task runs in-process and records, rather than raises, a failure. Without a Prometheus
+    nothing is asked: the page says that live refresh needs one.
     """
-    asked = None
-    if services.needs_refresh(job, JobMetrics.objects.filter(job=job).first()):
-        asked = services.request_refresh(job)
-    card = services.metrics_card(job)
+    asked = services.refresh_if_stale(job, JobMetrics.objects.filter(job=job).first())
+    card = presenters.metrics_card(job)
     card["refresh_unavailable"] = asked == services.Refresh.UNAVAILABLE
+    card["no_live_source"] = asked == services.Refresh.NO_SOURCE
     return card
 
 
@@ -140,7 +149,7 @@ class JobMetricsPartialView(JobDetailView):
     template_name = "jobs/partials/metrics.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        return {"job": self.object, **services.metrics_card(self.object),
+        return {"job": self.object, **presenters.metrics_card(self.object),
                 "trace_runs": list(self.object.trace_runs.all()[:1])}
 
 

@@ -36,10 +36,11 @@ from apps.audit import services as audit
 from apps.audit.models import AuditEvent
 from apps.chargeback.services import current_month, month_period
 from apps.chargeback.usage import gpu_seconds, overlapping
+from apps.clusters import services as cluster_services
 from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.slurm import Association, LimitChange, SlurmClient
 from apps.clusters.models import Cluster, Node, SlurmAccount, SlurmAssociation
+from apps.core.errors import AdapterError
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job
 from apps.quotas.adapters.webhook import Webhook
@@ -141,7 +142,7 @@ def preview(account: SlurmAccount, month: date, minutes: int | None,
     now = now or timezone.now()
     scheduled = _check_month(month, now)
     minutes = check_minutes(account, month, minutes)
-    client = client or sync.client_for(account.cluster)
+    client = client or cluster_services.client_for(account.cluster)
     live = _live(client, account)
     rehearsal = client.set_account_limit(account.name, TRES, minutes, dry_run=True)
     quota = Quota.objects.filter(account=account, month=month).first()
@@ -180,7 +181,7 @@ def apply(account: SlurmAccount, month: date, minutes: int | None, seen_minutes:
             if scheduled:
                 return _schedule(quota, minutes, user, attempt, now)
             return _write(quota, minutes, seen_minutes, user, attempt,
-                          client or sync.client_for(account.cluster), now)
+                          client or cluster_services.client_for(account.cluster), now)
     except QuotaConflict as exc:
         _record(QuotaChange.Kind.CONFLICT, attempt, error=str(exc))
         raise
@@ -402,7 +403,7 @@ def simulate_outside_change(account: SlurmAccount, client: SlurmClient | None = 
     if not account.cluster.is_simulated:
         raise QuotaError("outside changes are simulated on simulated clusters only")
     now = now or timezone.now()
-    client = client or sync.client_for(account.cluster)
+    client = client or cluster_services.client_for(account.cluster)
     held = _live(client, account).grp_tres_mins.get(TRES)
     moved = (held or 0) + 600
     client.set_account_limit(account.name, TRES, moved)
@@ -533,7 +534,7 @@ def check_cluster(cluster: Cluster, client: SlurmClient | None = None,
     """The periodic pass: write due scheduled quotas, refresh Slurm's associations and usage
     (``sync_shares``), record drift, raise warnings. Safe to run twice."""
     now = now or timezone.now()
-    client = client or sync.client_for(cluster)
+    client = client or cluster_services.client_for(cluster)
     with tracked_run("quotas.check", cluster=cluster, target=cluster.name) as run:
         applied = apply_due(cluster, client, now)
         sync.sync_shares(cluster, client)

@@ -17,10 +17,10 @@ from django.views.generic import TemplateView
 from apps.accounts.models import Team
 from apps.accounts.permissions import ADMIN, ActionRequiredMixin
 from apps.chargeback.services import ChargebackError, current_month, parse_month
-from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError
-from apps.clusters.adapters.slurm import Action
+from apps.clusters import services as cluster_services
+from apps.clusters.adapters.slurm.types import Action
 from apps.clusters.models import SlurmAccount
+from apps.core.errors import AdapterError
 from apps.jobs.views import HttpResponseSeeOther
 from apps.quotas import services
 from apps.quotas.models import QuotaAlert, QuotaChange
@@ -129,8 +129,8 @@ class QuotaEditView(ActionRequiredMixin, TemplateView):
 def _abilities(account: SlurmAccount) -> dict[str, Any]:
     """What the cluster's Slurm backend can do here, said before a button is pressed."""
     cluster = account.cluster
-    return {"cannot_preview": sync.cannot(cluster, Action.QUOTA_PREVIEW),
-            "cannot_write": sync.cannot(cluster, Action.QUOTA_WRITE),
+    return {"cannot_preview": cluster_services.cannot(cluster, Action.QUOTA_PREVIEW),
+            "cannot_write": cluster_services.cannot(cluster, Action.QUOTA_WRITE),
             "simulated": cluster.is_simulated}
 
 

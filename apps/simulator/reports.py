@@ -2,7 +2,7 @@
 reconciliation reads through the ``files`` backend.
 
 For each calendar month (UTC) the simulation overlaps, up to the last hour slurmdbd has
-rolled up at "now", two files named by their window (``slurmfiles.window_name``):
+rolled up at "now", two files named by their window (``slurm.files.window_name``):
 
 - ``sreport_<start>_<end>.txt``: ``TZ=UTC sreport -P -T gres/gpu -t minutes cluster
   AccountUtilizationByUser start=<start> end=<end>``: the banner, then ``root``, each account

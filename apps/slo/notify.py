@@ -27,7 +27,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from apps.accounts.models import Membership
-from apps.clusters.adapters.base import AdapterError
+from apps.core.errors import AdapterError
 from apps.security.adapters.webhook import post_json
 from apps.slo.models import Alert, Scorecard
 

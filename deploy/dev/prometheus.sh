@@ -8,7 +8,9 @@
 #
 # Never touches the Debian prometheus.service (port 9090) and never kills by process name:
 # the pid file is trusted only while /proc/<pid>/cmdline still holds our listen address.
-# Environment: PROM_PORT (9091), PROM_DIR (<repo>/var/prometheus).
+# Environment: PROM_PORT (9091), PROM_DIR (<repo>/var/prometheus), PROM_CONFIG (the config
+# file, default deploy/dev/prometheus.yml: no scrape targets; the real-exporter tests pass
+# their own, which scrapes node_exporter and a dcgm-exporter-shaped endpoint on loopback).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PORT=${PROM_PORT:-9091}
@@ -17,6 +19,7 @@ DATA=$BASE/data
 RUN=$BASE/run
 PIDFILE=$RUN/prometheus-$PORT.pid
 LOG=$RUN/prometheus-$PORT.log
+CONFIG=${PROM_CONFIG:-$ROOT/deploy/dev/prometheus.yml}
 LISTEN=127.0.0.1:$PORT
 URL=http://$LISTEN
 
@@ -73,7 +76,7 @@ start() {
   fi
   mkdir -p "$DATA" "$RUN"
   # setsid: the server outlives this shell and its job control.
-  setsid prometheus --config.file="$ROOT/deploy/dev/prometheus.yml" \
+  setsid prometheus --config.file="$CONFIG" \
     --web.listen-address="$LISTEN" \
     --storage.tsdb.path="$DATA" --storage.tsdb.retention.time=400d \
     --web.enable-remote-write-receiver --web.enable-lifecycle --web.enable-admin-api \

@@ -246,6 +246,10 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("get", "chargeback-finalise", STATEMENT, everyone(405)),
     ("post", "chargeback-adjust", STATEMENT, admin_post()),  # no amount: refused, 303
     ("post", "chargeback-terms", NO_ARGS, admin_post()),
+    ("get", "chargeback-rates", NO_ARGS, admin_only()),
+    ("post", "chargeback-rates", NO_ARGS, admin_post(400)),  # empty form: shown again, 400
+    ("get", "chargeback-rate-edit", RATE, admin_only()),
+    ("post", "chargeback-rate-edit", RATE, admin_post(400)),
     ("post", "chargeback-refresh", NO_ARGS, admin_post()),
     ("post", "chargeback-reconcile", NO_ARGS, admin_post()),  # no such cluster: 303
     ("get", "chargeback-reconciliation", RECONCILIATION, admin_only()),
@@ -320,6 +324,11 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("delete", "api:slo-snapshot-detail", SNAPSHOT, {**everyone(403, anon=401), "staff": 405}),
     ("get", "api:slo-ending-rule-list", NO_ARGS, everyone(200, anon=401)),
     ("get", "api:slo-ending-rule-detail", ENDING_RULE, everyone(200, anon=401)),
+    ("get", "guardrails-alerts", NO_ARGS, everyone(200)),
+    ("get", "guardrails-preferences", NO_ARGS, everyone(200)),
+    ("post", "guardrails-preferences", NO_ARGS, everyone(200)),  # empty form: shown again
+    ("post", "guardrails-exempt-job", JOB, {**everyone(403), "staff": 303}),  # no reason
+    ("get", "guardrails-exempt-job", JOB, {**everyone(403), "staff": 405}),
     # Closed for every persona until METRICS_TOKEN or METRICS_ALLOWED_IPS opens it
     # (tests/core/test_metrics.py covers the open cases).
     ("get", "core-metrics", NO_ARGS, everyone(403, anon=403)),

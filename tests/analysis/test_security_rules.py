@@ -11,19 +11,23 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import time
 
 import pytest
 
+from apps.analysis.recurrence import Recurrence
 from apps.analysis.security_rules import ATTACK, RULES, RUNNERS, check_params, config
 from apps.analysis.security_types import (
     SEVERITIES,
     Allow,
+    IbBaseline,
     Inputs,
     JobText,
     NodeSoftware,
     ProbeResult,
     QuietWindow,
     SshEvent,
+    SshSource,
 )
 from apps.analysis.versions import Advisory
 from tests.analysis.security_builders import (
@@ -221,6 +225,19 @@ CASES += [
              job(8, "bob", start=T0 - 30, end=t(59) + 7200)])), 1),
 ]
 
+# A health check runs daily at 14:13 UTC for 20 minutes on GPU 0 of gpu0* (T0 is 14:13:20).
+HEALTH_CHECK = QuietWindow("gpu0*", reason="daily health check", gpus=frozenset({"0"}),
+                           every=Recurrence(time(14, 13), 20))
+CASES += [
+    Case("gpu_activity_without_job", "daily health check window on that GPU",
+         lambda: (busy_free_gpu(), Allow(quiet=(HEALTH_CHECK,))), 0),
+    Case("gpu_activity_without_job", "daily health check window on another GPU",
+         lambda: (inputs([gpu(points(15, util=0.97, fb_mib=24000.0), index=1)]),
+                  Allow(quiet=(HEALTH_CHECK,))), 1),
+    Case("gpu_activity_without_job", "busy past the end of the daily window",
+         lambda: (busy_free_gpu(minutes=40), Allow(quiet=(HEALTH_CHECK,))), 1),
+]
+
 # --- 3. InfiniBand --------------------------------------------------------------------------------
 
 
@@ -236,6 +253,14 @@ CASES += [
          lambda: _plain(ib(9.5e9, [job(6, "bob", ("gpu01", "gpu02"), end=T0 + 3 * HOUR)])), 0),
     Case("ib_traffic_without_multinode_job", "storage traffic below the baseline",
          lambda: _plain(ib(4e8)), 0),
+    Case("ib_traffic_without_multinode_job", "9.5 GB/s under its node group's 12 GB/s baseline",
+         lambda: (ib(9.5e9), Allow(ib_baselines=(IbBaseline(1.2e10, hosts="gpu0*"),))), 0),
+    Case("ib_traffic_without_multinode_job", "under its partition's baseline",
+         lambda: (ib(9.5e9), Allow(ib_baselines=(IbBaseline(1.2e10, partition="io"),),
+                                   partitions={"gpu01": frozenset({"io"})})), 0),
+    Case("ib_traffic_without_multinode_job", "another partition's baseline does not apply",
+         lambda: (ib(9.5e9), Allow(ib_baselines=(IbBaseline(1.2e10, partition="io"),),
+                                   partitions={"gpu01": frozenset({"gpu"})})), 1),
     Case("ib_traffic_without_multinode_job", "a multi-node job ended 3 min before (grace)",
          lambda: _plain(ib(9.5e9, [job(6, "bob", ("gpu01", "gpu02"), end=T0 - 180)],
                            minutes=8)), 0),
@@ -326,6 +351,15 @@ def sourced(source: str) -> Inputs:
     return ssh([login("bob", T0 + 100, source=source)], [job(1, "bob", ("gpu04",))])
 
 
+def admin_from(source: str) -> Inputs:
+    return ssh([login("slurmadm", T0 + 100, source=source)])
+
+
+SITE_SOURCES = Allow(admin_users=frozenset({"slurmadm"}), ssh_sources=(
+    SshSource("10.20.0.0/16", "everyone", "login nodes"),
+    SshSource("10.30.0.5/32", "admins", "admin bastion")))
+
+
 CASES += [
     Case("ssh_unexpected_source", "from outside the login network",
          lambda: _plain(sourced("192.168.7.7")), 1, LOGIN_NETS),
@@ -333,6 +367,20 @@ CASES += [
          LOGIN_NETS),
     Case("ssh_unexpected_source", "no networks configured: the rule is off",
          lambda: _plain(sourced("192.168.7.7")), 0),
+    Case("ssh_unexpected_source", "a user from the admin bastion",
+         lambda: (sourced("10.30.0.5"), SITE_SOURCES), 1),
+    Case("ssh_unexpected_source", "an admin from the admin bastion",
+         lambda: (admin_from("10.30.0.5"), SITE_SOURCES), 0),
+    Case("ssh_unexpected_source", "an admin from a login node",
+         lambda: (admin_from("10.20.1.5"), SITE_SOURCES), 0),
+    Case("ssh_unexpected_source", "an admin from elsewhere, a bastion being listed",
+         lambda: (admin_from("192.168.7.7"), SITE_SOURCES), 1),
+    Case("ssh_unexpected_source", "an admin from elsewhere, no admin source listed",
+         lambda: (admin_from("192.168.7.7"), Allow(
+             admin_users=frozenset({"slurmadm"}),
+             ssh_sources=(SshSource("10.20.0.0/16", "everyone", "login nodes"),))), 0),
+    Case("ssh_unexpected_source", "a user from a login node", lambda: (sourced("10.20.1.5"),
+                                                                    SITE_SOURCES), 0),
 ]
 
 # --- 6. Exposed services --------------------------------------------------------------------------
@@ -384,6 +432,14 @@ CASES += [
     Case("vulnerable_software", "distribution backport allow-listed",
          lambda: (inventory({"munge": "0.5.15-2+deb12u1"}),
                   Allow(versions=frozenset({("munge", "0.5.15-2+deb12u1")}))), 0),
+    Case("vulnerable_software", "torch 2.5.1 (the advisory says pytorch)",
+         lambda: _plain(inventory({"torch": "2.5.1"})), 1),
+    Case("vulnerable_software", "nvidia-container-toolkit 1.17.7 spelled with dashes",
+         lambda: _plain(inventory({"nvidia-container-toolkit": "1.17.7"},
+                                  {"nvidia_container_toolkit": "1.17.8"})), 1),
+    Case("vulnerable_software", "backport allow-listed under another spelling",
+         lambda: (inventory({"munged": "0.5.15-2+deb12u1"}),
+                  Allow(versions=frozenset({("MUNGE", "0.5.15-2+deb12u1")}))), 0),
     Case("vulnerable_software", "odd strings are skipped, not guessed",
          lambda: _plain(inventory({"slurm": "main-d5e5f51", "pytorch": ""})), 0),
 ]
@@ -558,6 +614,27 @@ def test_toolkit_versions_list_every_cve_they_miss() -> None:
     [hit] = run("vulnerable_software", inventory({"nvidia_container_toolkit": "1.16.1"},
                                                  {"nvidia_container_toolkit": "1.17.8"}))
     assert hit.evidence["cves"] == ["CVE-2024-0132", "CVE-2025-23266"] and hit.node == "gpu01"
+
+
+def test_site_module_versions_name_the_module() -> None:
+    hits = run("vulnerable_software", inventory(
+        {"pytorch:ml/2024.1": "2.5.1", "torch:ml/2025.1": "2.6.0"},
+        {"torch:ml/2024.1-cuda": "2.5.1+cu121", "pytorch:ml/2025.1": "2.6.0"}))
+    assert {(h.node, h.evidence["version"], tuple(h.evidence["provided_by"])) for h in hits} == \
+        {("gpu01", "2.5.1", ("ml/2024.1",)), ("gpu02", "2.5.1+cu121", ("ml/2024.1-cuda",))}
+    assert {h.evidence["software"] for h in hits} == {"pytorch"}
+
+
+def test_unexpected_source_says_whose_source_it_was() -> None:
+    [hit] = run("ssh_unexpected_source", sourced("10.30.0.5"), SITE_SOURCES)
+    assert hit.evidence["user_kind"] == "users"
+    assert hit.evidence["why"] == "admin bastion is for admins only"
+
+
+def test_ib_finding_names_the_baseline_it_used() -> None:
+    allow = Allow(ib_baselines=(IbBaseline(5e9, hosts="gpu0*", name="rack 0"),))
+    [hit] = run("ib_traffic_without_multinode_job", ib(9.5e9), allow)
+    assert (hit.evidence["baseline_bps"], hit.evidence["baseline_from"]) == (5e9, "rack 0")
 
 
 def test_disabled_rules_find_nothing() -> None:

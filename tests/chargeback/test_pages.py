@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import pytest
@@ -126,3 +126,92 @@ def test_the_statement_says_where_the_waste_came_from(drafts, login, world):
     api_rows = login("alice").get(reverse("api:chargeback-statement-detail",
                                           args=[drafts["nlp"].pk])).json()["wasteful_jobs"]
     assert [(r["job_id"], r["kind"]) for r in api_rows] == [(101, "held_idle")]
+
+
+# --- Drafts that refresh by themselves, the rates they used, the rate card ------------------
+
+
+# Autocommit, as in a web request: the embedded default runs the task before the page reads.
+@pytest.mark.django_db(transaction=True)
+def test_opening_a_month_with_usage_makes_its_drafts_without_anyone_pressing_refresh(
+        world, rates, login):
+    from apps.core.models import TaskRun
+
+    archive(world.jobs["bob"], 0.25, held_idle=0.75)
+    assert not Statement.objects.exists()
+    page = login("staff").get(HOME)
+    assert {s.team.slug for s in page.context["statements"]} == {"nlp", "vision"}
+    assert Statement.objects.get(team__slug="nlp").amount == Decimal("72.00")
+    login("alice").get(HOME)  # fresh drafts: nothing is asked again
+    assert not services.request_refresh(NOV)
+    assert TaskRun.objects.filter(kind="chargeback.refresh").count() == 1
+
+
+def test_stale_drafts_are_refreshed_once_and_final_months_never(
+        drafts, login, settings, django_capture_on_commit_callbacks):
+    Statement.objects.update(computed_at=DEC3.replace(year=2025))  # a year old
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.request_refresh(NOV)
+        assert not services.request_refresh(NOV)  # claimed: asked once per period
+    assert Statement.objects.filter(computed_at__year=2025).count() == 0
+    with time_machine.travel(DEC3):
+        for statement in Statement.objects.all():
+            services.finalise(statement, None)
+    BillingPeriod.objects.update(refresh_requested_at=None)
+    assert not services.refresh_due(NOV, datetime(2027, 6, 1, tzinfo=UTC))
+    assert not services.refresh_due(date(2027, 1, 1), DEC3)  # a month not begun
+
+
+def test_statements_show_the_rate_used_and_admins_get_a_link_to_the_rate_card(drafts, login):
+    url = reverse("chargeback-statement", args=[drafts["nlp"].pk])
+    lead = login("alice").get(url).content.decode()
+    rates = lead.split('id="rates"')[1].split("</section>")[0]
+    assert "3.0000 EUR" in rates and "2.0000 EUR" in rates and "h100" in rates
+    assert reverse("chargeback-rates") not in lead  # leads read the card, admins edit it
+    usage = lead.split("<h2>Usage</h2>")[1].split("</section>")[0]
+    assert "Rate (EUR/GPU-h)" in usage and ">3.0000<" in usage
+    admin = login("staff").get(url).content.decode()
+    assert f'href="{reverse("chargeback-rates")}"' in admin
+    assert f'href="{reverse("chargeback-rates")}"' in login("staff").get(HOME).content.decode()
+
+
+def test_without_a_rate_the_statement_says_so_and_where_rates_are_set(world, login):
+    archive(world.jobs["bob"], 1.0)
+    services.refresh_statements(NOV, now=DEC3)
+    page = login("staff").get(reverse("chargeback-statement", args=[
+        Statement.objects.get(team__slug="nlp").pk])).content.decode()
+    assert "no rate</span>" in page and "No rate is in force" in page
+    assert "Add a rate</a>" in page
+
+
+def test_admins_add_and_edit_rates_on_the_rate_card_and_drafts_follow(
+        drafts, login, django_capture_on_commit_callbacks):
+    from apps.audit.models import AuditEvent
+    from apps.chargeback.models import Rate
+
+    client = login("staff")
+    assert client.get(reverse("chargeback-rates")).status_code == 200
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("chargeback-rates"), {
+            "partition": "", "gpu_model": "h100", "price": "5.0000",
+            "valid_from": "2026-11-01", "valid_until": "", "note": "new GPUs"})
+    assert response.status_code == 303
+    rate = Rate.objects.get(note="new GPUs")
+
+    def nlp_prices() -> set[Decimal]:
+        nlp = Statement.objects.get(team__slug="nlp")
+        return set(nlp.lines.values_list("price", flat=True))
+
+    assert nlp_prices() == {Decimal("5.0000")}  # the latest h100 rate wins; drafts followed
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("chargeback-rate-edit", args=[rate.pk]), {
+            "partition": "", "gpu_model": "h100", "price": "6.5000",
+            "valid_from": "2026-11-01", "valid_until": "", "note": "new GPUs"})
+    assert response.status_code == 303
+    assert nlp_prices() == {Decimal("6.5000")}
+    assert AuditEvent.objects.filter(target__startswith="rate: h100").count() == 2
+    bad = client.post(reverse("chargeback-rate-edit", args=[rate.pk]), {
+        "price": "-1", "valid_from": "2026-11-15", "valid_until": "2026-11-01"})
+    assert bad.status_code == 400
+    assert "must be after valid_from" in bad.content.decode()
+    assert login("alice").get(reverse("chargeback-rates")).status_code == 403

@@ -11,8 +11,8 @@ from django.core.management import CommandError, call_command
 
 from apps.chargeback import reconciliation
 from apps.chargeback.models import Reconciliation
-from apps.clusters.adapters.base import TransientAdapterError
 from apps.clusters.adapters.slurm import JobAllocation, UsageRow
+from apps.core.errors import TransientAdapterError
 from apps.core.models import TaskRun
 from tests.conftest import make_job
 from tests.fake import FakeSlurm

@@ -15,6 +15,7 @@ from apps.clusters.adapters.catalogue import (
     CatalogueError,
     group_by_gpu,
 )
+from apps.clusters.adapters.promql import Matcher
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,22 +65,45 @@ def test_bad_config_names_the_key(config, words):
 
 
 def test_file_system_reads_default_to_nfs_mountstats_and_a_site_names_its_own():
-    """One query sums every named counter per node; the raw-sample path reads the same."""
+    """One query sums every named counter per node, each name its own selector (rate drops
+    the name: one regex over two names is refused); the raw-sample path reads the same."""
     default = Catalogue.from_config({})
-    query, unit = default.node_queries()["fs_read"]
-    assert unit == "B/s" and query.format(node="instance", sel='instance=~"gpu01:.*"',
-                                          w="2m") == (
-        'sum by (instance) (rate({__name__=~"node_mountstats_nfs_read_bytes_total",'
-        'instance=~"gpu01:.*"}[2m]))')
+    sel = [Matcher.host("instance", ["gpu01"])]
+    query, unit = default.node_queries(sel, "2m")["fs_read"]
+    assert unit == "B/s" and query == (
+        'sum by (instance) (avg without (job) (rate(node_mountstats_nfs_read_bytes_total'
+        '{instance=~"(gpu01)(:[0-9]+)?"}[2m])))')
     lustre = Catalogue.from_config({"file_system": {
         "read": ["lustre_client_read_bytes_total", "gpfs_fs_bytes_read_total"]}})
-    assert lustre.node_queries()["fs_read"][0].startswith(
-        'sum by ({node}) (rate({{__name__=~"lustre_client_read_bytes_total|'
-        'gpfs_fs_bytes_read_total",{sel}}}')
+    query = lustre.node_queries(sel, "2m")["fs_read"][0]
+    assert "__name__" not in query
+    assert query.count("label_replace(rate(") == 2
+    assert 'rate(gpfs_fs_bytes_read_total{instance=~"(gpu01)(:[0-9]+)?"}[2m])' in query
     assert lustre.node_families["gpfs_fs_bytes_read_total"] == "fs_read"
     assert lustre.node_families["node_mountstats_nfs_write_bytes_total"] == "fs_write"
     assert "node_mountstats_nfs_read_bytes_total" not in lustre.node_families
     assert set(default.node_queries()) == set(default.node_samples)  # both paths, same measures
+
+
+@pytest.mark.parametrize(("measure", "expected"), [
+    ("cpu_busy", '1 - avg by (instance) (sum by (instance, cpu) (avg without (job) ('
+                 'rate(node_cpu_seconds_total{cluster="a",mode="idle"}[2m]))))'),
+    ("mem_used", 'max by (instance) (avg without (job) (node_memory_MemTotal_bytes'
+                 '{cluster="a"}) - avg without (job) (node_memory_MemAvailable_bytes'
+                 '{cluster="a"}))'),
+    ("net_tx", 'sum by (instance) (avg without (job) (rate(node_network_transmit_bytes_total'
+               '{cluster="a",device!="lo"}[2m])))'),
+    ("ib_rate_min", 'min by (instance) (node_infiniband_rate_bytes_per_second{cluster="a"})'),
+    ("ib_errors", 'sum by (instance) (avg without (job) (label_replace(increase('
+                  'node_infiniband_link_error_recovery_total{cluster="a"}[2m]), "beacon_name", '
+                  '"node_infiniband_link_error_recovery_total", "", "") or label_replace('
+                  'increase(node_infiniband_link_downed_total{cluster="a"}[2m]), "beacon_name",'
+                  ' "node_infiniband_link_downed_total", "", "")))'),
+])
+def test_node_queries_are_built_from_the_raw_sample_table(measure, expected):
+    queries = Catalogue().node_queries([Matcher.eq("cluster", "a")], "2m")
+    assert queries[measure][0] == expected
+    assert not any("__name__" in q for q, _ in queries.values())
 
 
 def test_it_reads_the_host_from_either_spelling_or_the_scrape_target():

@@ -14,8 +14,8 @@ from django.core.management import CommandError, call_command
 from django.db import InterfaceError, OperationalError
 
 from apps.clusters import tasks
-from apps.clusters.adapters.base import TransientAdapterError
 from apps.clusters.models import Cluster
+from apps.core.errors import TransientAdapterError
 from apps.core.models import TaskRun
 from apps.jobs.models import Job
 from tests.fake import FIXTURES, recorded_slurm_bin, write_command
@@ -173,7 +173,7 @@ def test_every_beat_entry_names_a_part(settings):
 
 
 def test_import_sacct_labels_jobs_from_saved_scripts(cluster, tmp_path):
-    from apps.clusters.adapters.slurm_parse import parse_batch_scripts
+    from apps.clusters.adapters.slurm.parse import parse_batch_scripts
 
     scripts = parse_batch_scripts((FIXTURES / "sacct_batch_script.txt").read_text())
     (tmp_path / "21.sh").write_text(scripts["21"])
@@ -182,4 +182,5 @@ def test_import_sacct_labels_jobs_from_saved_scripts(cluster, tmp_path):
                   scripts=str(tmp_path))
     assert "labels: 1 of 30 jobs labelled" in out
     assert Job.objects.get(job_id=21).labels["pipeline_parallel"] == 2
-    assert Job.objects.get(job_id=5).labels == {"rules": 1}
+    # a stored script with no #SBATCH --output: Slurm's default applies (stdout "")
+    assert Job.objects.get(job_id=5).labels == {"rules": 2, "stdout": ""}

@@ -11,8 +11,8 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
 from apps.accounts.models import Team
-from apps.clusters.adapters import slurm_parse
 from apps.clusters.adapters.slurm import ACTIVE_STATES
+from apps.clusters.adapters.slurm import parse as slurm_parse
 from apps.clusters.importer import JobImporter, close_gpu_intervals, import_sacct
 from apps.clusters.models import Cluster, Node, SlurmAccount
 from apps.core.models import TaskRun

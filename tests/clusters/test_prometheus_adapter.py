@@ -17,7 +17,6 @@ import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 
 from apps.clusters.adapters import promql
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.adapters.prometheus import (
     PrometheusClient,
     QueryError,
@@ -28,6 +27,7 @@ from apps.clusters.adapters.prometheus import (
     _parse_result,
 )
 from apps.clusters.adapters.promql import Matcher
+from apps.core.errors import AdapterError, TransientAdapterError
 from tests.clusters.test_promql import DATASET, TS, _dataset
 from tests.integration import prom
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from apps.clusters.adapters import slurm_parse_cluster as cparse
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
-from apps.clusters.adapters.slurmcli import SlurmCli
-from apps.clusters.adapters.slurmrest import SlurmRest
+from apps.clusters.adapters.slurm import parse_cluster as cparse
+from apps.clusters.adapters.slurm.cli import SlurmCli
+from apps.clusters.adapters.slurm.rest import SlurmRest
+from apps.core.errors import AdapterError, TransientAdapterError
 from tests.fake import write_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
-from apps.clusters.adapters.pyslurm import job_from_pyslurm
-from apps.clusters.adapters.slurm import ExitStatus, RecordError, SlurmJob, slurm_client
-from apps.clusters.adapters.slurmcli import SlurmCli
-from apps.clusters.adapters.slurmrest import SlurmRest
+from apps.clusters.adapters.slurm import ExitStatus, RecordError, SlurmJob
+from apps.clusters.adapters.slurm.cli import SlurmCli
+from apps.clusters.adapters.slurm.pyslurm import job_from_pyslurm
+from apps.clusters.adapters.slurm.registry import slurm_client
+from apps.clusters.adapters.slurm.rest import SlurmRest
+from apps.core.errors import AdapterError, TransientAdapterError
 from tests.fake import recorded_slurm_bin, write_command
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.clusters.adapters import slurm_parse_cluster as cparse
+from apps.clusters.adapters.slurm import parse_cluster as cparse
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from apps.clusters.adapters.pyslurm import SlurmPyslurm
-from apps.clusters.adapters.slurm import Action, SlurmClient
-from apps.clusters.adapters.slurmcli import SlurmCli
-from apps.clusters.adapters.slurmfiles import SlurmFiles
-from apps.clusters.adapters.slurmrest import SlurmRest
+from apps.clusters.adapters.slurm.cli import SlurmCli
+from apps.clusters.adapters.slurm.files import SlurmFiles
+from apps.clusters.adapters.slurm.pyslurm import SlurmPyslurm
+from apps.clusters.adapters.slurm.rest import SlurmRest
+from apps.clusters.adapters.slurm.types import Action, SlurmClient
 from apps.clusters.models import Cluster
 from tests.fake import FakeSlurm
 
@@ -63,8 +63,7 @@ def test_backends_that_cannot_do_an_action_say_why_before_it_is_tried(tmp_path):
 
 
 def test_the_type_checker_agrees():
-    modules = [f"apps/clusters/adapters/{m}.py" for m in
-               ("slurm", "slurmcli", "slurmrest", "pyslurm", "slurmfiles")]
+    modules = ["apps/clusters/adapters/slurm/"]
     done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir=/dev/null", *modules],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

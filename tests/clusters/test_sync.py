@@ -10,10 +10,10 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
+from apps.clusters import services, sync
 from apps.clusters.adapters.slurm import GpuBinding, QueueEntry, SlurmJob
 from apps.clusters.models import Cluster, Node, Partition, SlurmAssociation
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.core.models import TaskRun
 from apps.jobs.models import Job, JobGpu
 from tests.fake import FakeSlurm, fixture_jobs
@@ -235,7 +235,7 @@ def test_finished_jobs_reach_the_hook_once_after_commit(
 def test_a_cluster_without_backend_says_so(cluster):
     cluster.slurm_backend = Cluster.SlurmBackend.NONE
     with pytest.raises(AdapterError, match="no Slurm backend"):
-        sync.client_for(cluster)
+        services.client_for(cluster)
 
 
 # --- sync_queue and GPU bindings -------------------------------------------------------------
@@ -349,6 +349,8 @@ def test_recently_finished_gpu_jobs_get_their_archive_task(
         cluster, slurm, monkeypatch, django_capture_on_commit_callbacks, within_days):
     from apps.jobs import tasks
 
+    cluster.prometheus_url = "http://127.0.0.1:9"  # never reached: the task is patched
+    cluster.save()
     monkeypatch.setattr(sync, "ARCHIVE_AT_ONCE_WITHIN", timedelta(days=within_days))
     queued: list[tuple[int, int]] = []
     monkeypatch.setattr(tasks.archive_job, "apply_async",
@@ -361,3 +363,18 @@ def test_recently_finished_gpu_jobs_get_their_archive_task(
     # recent ones are queued two minutes out; old ones are left to archive_pending
     assert {pk for pk, _ in queued} == (finished_gpu if within_days else set())
     assert {c for _, c in queued} <= {120}
+
+
+def test_a_cluster_without_prometheus_queues_no_archive_that_could_only_fail(
+        cluster, slurm, monkeypatch, django_capture_on_commit_callbacks, settings):
+    from apps.jobs import tasks
+
+    settings.PROMETHEUS_URL = ""
+    monkeypatch.setattr(sync, "ARCHIVE_AT_ONCE_WITHIN", timedelta(days=36500))
+    queued: list[int] = []
+    monkeypatch.setattr(tasks.archive_job, "apply_async",
+                        lambda args, countdown: queued.append(args[0]))
+    with django_capture_on_commit_callbacks(execute=True):
+        sync.sync_cluster(cluster, slurm)
+    assert Job.objects.exclude(state__in=Job.ACTIVE_STATES).filter(gpu_equivalent__gt=0)
+    assert queued == []

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from apps.clusters.adapters.base import AdapterError
 from apps.core.batch import fewer_collections, forked, forked_map
+from apps.core.errors import AdapterError
 
 
 def _numbers(n: int, fail_at: int | None = None):

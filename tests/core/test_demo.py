@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from apps.clusters.adapters.slurm_parse_cluster import parse_sacctmgr_assoc
+from apps.clusters.adapters.slurm.parse_cluster import parse_sacctmgr_assoc
 from apps.clusters.models import Cluster, SlurmAccount, SlurmAssociation
 from apps.core import demo
 from apps.quotas import services as quotas

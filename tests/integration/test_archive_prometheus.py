@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 
 from apps.analysis import compact
-from apps.clusters.adapters.base import TransientAdapterError
 from apps.clusters.models import Cluster, Node
+from apps.core.errors import TransientAdapterError
 from apps.jobs import archive
 from apps.jobs.models import Job, JobGpu, JobMetrics
 from tests.clusters.test_prometheus_adapter import _free_port

@@ -27,6 +27,7 @@ from django.utils import timezone
 from apps.analysis import reconcile as rc
 from apps.chargeback import reconciliation, services
 from apps.chargeback.usage import gpu_seconds_by_job
+from apps.clusters import services as cluster_services
 from apps.clusters import sync
 from apps.clusters.models import Cluster
 from apps.jobs.models import Job
@@ -97,8 +98,8 @@ def _restart_slurmdbd() -> None:
 
 
 def _reported_minutes(hour: datetime) -> float:
-    rows = sync.client_for(Cluster(name=real.CLUSTER, slurm_backend="cli")).usage_report(
-        hour, hour + timedelta(hours=1), "gres/gpu")
+    client = cluster_services.client_for(Cluster(name=real.CLUSTER, slurm_backend="cli"))
+    rows = client.usage_report(hour, hour + timedelta(hours=1), "gres/gpu")
     return sum(r.minutes for r in rows if r.account == ACCOUNT and not r.user)
 
 
@@ -147,7 +148,7 @@ def test_our_jobs_match_sacct_job_by_job_up_to_now(jobs, cluster):
     """sacct -T is the check for jobs sreport cannot show yet (the current hour)."""
     now = timezone.now()
     lo = services.month_period(jobs.month).start
-    client = sync.client_for(cluster)
+    client = cluster_services.client_for(cluster)
     theirs = [rc.JobSeconds(a.job_id, a.account, a.user, float(a.gpus * a.elapsed_s))
               for a in client.job_allocations(lo, now) if a.job_id in jobs.ids]
     ours = [rc.JobSeconds(r["job_id"], r["account"], r["user_name"], r["seconds"])
@@ -162,7 +163,8 @@ def test_a_job_beacon_lacks_is_listed_by_id(jobs, cluster):
     Job.objects.filter(cluster=cluster, job_id=victim).delete()
     now = timezone.now()
     lo = services.month_period(jobs.month).start
-    result = reconciliation.reconcile_window(cluster, lo, now, sync.client_for(cluster), now)
+    result = reconciliation.reconcile_window(cluster, lo, now,
+                                             cluster_services.client_for(cluster), now)
     listed = {d.job_id: d for d in result.jobs}
     assert listed[victim].kind == rc.Difference.MISSING_IN_BEACON
     assert listed[victim].slurm_minutes == pytest.approx(GPUS[1] * SECONDS / 60,

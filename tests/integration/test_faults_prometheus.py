@@ -24,10 +24,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from apps.clusters.adapters.base import TransientAdapterError
 from apps.clusters.adapters.catalogue import JOB_MEASURES
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.models import Cluster, Node
+from apps.core.errors import TransientAdapterError
 from apps.core.models import TaskRun
 from apps.jobs import archive, tasks
 from apps.jobs.models import Job, JobMetrics, JobMetricSummary

@@ -31,10 +31,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.clusters import sync, tasks
-from apps.clusters.adapters.base import TransientAdapterError
-from apps.clusters.adapters.slurm import slurm_client
-from apps.clusters.adapters.slurmcli import WINDOW_STATES
+from apps.clusters.adapters.slurm.cli import WINDOW_STATES
+from apps.clusters.adapters.slurm.registry import slurm_client
 from apps.clusters.models import Cluster
+from apps.core.errors import TransientAdapterError
 from apps.core.models import TaskRun
 from apps.jobs.models import Job
 from tests.integration import slurm as real

@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 
 from apps.accounts.models import Membership, Team
 from apps.clusters import sync
-from apps.clusters.adapters.slurmcli import WINDOW_STATES
+from apps.clusters.adapters.slurm.cli import WINDOW_STATES
 from apps.clusters.models import Cluster, SlurmAccount
 from apps.jobs.models import Job
 from tests.integration import slurm as real

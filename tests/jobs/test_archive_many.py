@@ -119,7 +119,7 @@ def test_a_second_pass_changes_nothing(world, files):
 
 
 def test_a_truncated_file_fails_loudly_and_stores_nothing_as_complete(world, files):
-    from apps.clusters.adapters.base import AdapterError
+    from apps.core.errors import AdapterError
 
     (files / "b.om").write_text((files / "b.om").read_text().replace("# EOF\n", ""))
     with pytest.raises(AdapterError, match="truncated"):

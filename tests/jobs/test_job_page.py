@@ -120,19 +120,70 @@ def test_the_partial_polls_while_a_refresh_is_pending(world, login):
     assert "hx-trigger" not in html and "most busy time was waiting" in html
 
 
+def _running(job):
+    job.state, job.end_time = "RUNNING", None
+    job.save()
+    return job
+
+
 def test_viewing_a_running_job_asks_for_a_refresh(world, login, monkeypatch,
                                                   django_capture_on_commit_callbacks):
     from apps.jobs import tasks
 
+    world.cluster.prometheus_url = "http://127.0.0.1:9"  # never reached: the task is patched
+    world.cluster.save()
     asked = []
     monkeypatch.setattr(tasks.archive_job, "apply_async", lambda args, **kw: asked.append(args))
-    job = world.jobs["bob"]
-    job.state, job.end_time = "RUNNING", None
-    job.save()
+    job = _running(world.jobs["bob"])
     with django_capture_on_commit_callbacks(execute=True):
-        login("bob").get(_url(job))
+        html = login("bob").get(_url(job)).content.decode()
         login("bob").get(_url(job))
     assert asked == [(job.pk,)]
+    assert 'id="no-live-source"' not in html
+
+
+def test_without_prometheus_a_running_job_shows_its_stored_metrics_and_queues_nothing(
+        world, login, monkeypatch, django_capture_on_commit_callbacks, settings):
+    from apps.core.models import TaskRun
+    from apps.jobs import tasks
+
+    settings.PROMETHEUS_URL = ""
+    asked = []
+    monkeypatch.setattr(tasks.archive_job, "apply_async", lambda args, **kw: asked.append(args))
+    job = _running(world.jobs["bob"])
+    _archive(job)
+    with django_capture_on_commit_callbacks(execute=True):
+        html = login("bob").get(_url(job)).content.decode()
+    assert asked == [] and not TaskRun.objects.filter(status="failed").exists()
+    assert 'id="no-live-source"' in html and "Live refresh needs Prometheus" in html
+    assert "most busy time was waiting" in html  # the stored archive is shown
+    assert "Metrics could not be refreshed" not in html
+    world.cluster.is_simulated = True
+    world.cluster.save()
+    assert "make demo-full" in login("bob").get(_url(job)).content.decode()
+
+
+def test_a_running_jobs_header_and_charts_say_why_their_gpu_hours_differ(world, login):
+    job = _running(world.jobs["bob"])
+    metrics = _archive(job)
+    JobMetrics.objects.filter(job=job).update(
+        window_end=metrics.window_end - timedelta(hours=3),
+        allocated_gpu_hours=metrics.allocated_gpu_hours - 8 * 3)  # a snapshot 3 hours old
+    html = login("bob").get(_url(job)).content.decode()
+    header = f"{job.gpu_hours:.1f}"
+    assert re.search(rf"<dd>{header}\s+<span class=\"muted\">so far \(Slurm's allocation until "
+                     r"now\)", html)
+    note = html.split('id="hours-gap">')[1].split("</p>")[0]
+    assert f"The header's {header} GPU-hours count until now" in note
+    assert "the 24.0 GPU-hours since are not measured yet" in note
+
+
+def test_a_finished_jobs_header_and_charts_agree(world, login):
+    job = world.jobs["bob"]
+    metrics = _archive(job)
+    html = login("bob").get(_url(job)).content.decode()
+    assert f"{job.gpu_hours:.1f}" == f"{metrics.allocated_gpu_hours:.1f}"
+    assert 'id="hours-gap"' not in html and "so far" not in html
 
 
 def test_the_card_says_how_much_of_the_waiting_was_communication(world, login):

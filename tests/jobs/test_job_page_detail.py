@@ -282,7 +282,9 @@ def test_traces_upload_through_the_api(traced_job, login):
     assert response.status_code == 201, response.content
     data = response.json()
     assert data["straggler"] == {"rank": 2, "phase": "data_loading",
-                                 "excess_ms": data["straggler"]["excess_ms"]}
+                                 "excess_ms": data["straggler"]["excess_ms"],
+                                 "steps": [2, 3, 4, 5, 6, 7], "intermittent": False,
+                                 "device": None}
     assert data["waiting_ranks"] == [0, 1] and len(data["ranks"]) == 3
     assert [r["id"] for r in bob.get(url).json()] == [data["id"]]
     detail = bob.get(reverse("api:tracerun-detail", args=[data["id"]])).json()

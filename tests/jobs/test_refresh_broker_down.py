@@ -38,6 +38,8 @@ def broker_down():
 
 @pytest.fixture
 def running_job(world) -> Job:
+    world.cluster.prometheus_url = "http://127.0.0.1:9"  # configured; never reached here
+    world.cluster.save()
     return make_job(world.cluster, 4242, world.users["bob"], world.team_a,
                     state=Job.State.RUNNING, end_time=None)
 

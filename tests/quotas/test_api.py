@@ -7,8 +7,8 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
+from apps.clusters import services as cluster_services
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.quotas import services
 from apps.quotas.models import Quota
 
@@ -21,7 +21,7 @@ def api(world, persona: str) -> APIClient:
 
 @pytest.fixture
 def patched(slurm, monkeypatch):
-    monkeypatch.setattr(sync, "client_for", lambda cluster: slurm)
+    monkeypatch.setattr(cluster_services, "client_for", lambda cluster: slurm)
     return slurm
 
 

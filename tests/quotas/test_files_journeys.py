@@ -17,16 +17,16 @@ from django.urls import reverse
 
 from apps.audit.models import AuditEvent
 from apps.chargeback import reconciliation
-from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError
-from apps.clusters.adapters.slurm import Action
-from apps.clusters.adapters.slurm_parse_cluster import (
+from apps.clusters import services as cluster_services
+from apps.clusters.adapters.slurm.files import STATE, SlurmFiles
+from apps.clusters.adapters.slurm.parse_cluster import (
     parse_sacct_allocations,
     parse_sreport_usage,
 )
-from apps.clusters.adapters.slurmfiles import STATE, SlurmFiles
+from apps.clusters.adapters.slurm.types import Action
 from apps.clusters.models import Cluster, SlurmAccount, SlurmAssociation
 from apps.core import demo
+from apps.core.errors import AdapterError
 from apps.quotas import services
 from apps.quotas.models import Quota, QuotaChange
 
@@ -103,7 +103,7 @@ def test_preview_apply_read_back_audit_and_drift_on_the_simulated_slurm(loaded):
 
     quota = services.apply(account, month, held + 6000, held, 0, "more GPUs for the demo", None)
     assert quota.state == Quota.State.APPLIED and quota.slurm_minutes == held + 6000
-    client = sync.client_for(loaded)
+    client = cluster_services.client_for(loaded)
     assert client.account_limits("robotics").grp_tres_mins["gres/gpu"] == held + 6000
     change = QuotaChange.objects.get(kind=QuotaChange.Kind.SET)
     assert "[simulated]" in change.output
@@ -140,10 +140,10 @@ def test_a_backend_that_cannot_says_so_before_the_button_and_never_fails(db, tmp
     saved = Cluster.objects.create(name="devcluster", slurm_backend="files",
                                    slurm_settings={"dir": str(tmp_path)})
     bare = Cluster.objects.create(name="importonly", slurm_backend="none")
-    assert sync.cannot(saved, Action.QUOTA_PREVIEW) == ""
-    assert "cannot write to Slurm" in sync.cannot(saved, Action.QUOTA_WRITE)
-    assert "no saved sreport" in sync.cannot(saved, Action.RECONCILE)
-    assert "no Slurm backend" in sync.cannot(bare, Action.QUOTA_PREVIEW)
+    assert cluster_services.cannot(saved, Action.QUOTA_PREVIEW) == ""
+    assert "cannot write to Slurm" in cluster_services.cannot(saved, Action.QUOTA_WRITE)
+    assert "no saved sreport" in cluster_services.cannot(saved, Action.RECONCILE)
+    assert "no Slurm backend" in cluster_services.cannot(bare, Action.QUOTA_PREVIEW)
     with pytest.raises(AdapterError, match="cannot write to Slurm"):
         SlurmFiles(tmp_path).set_account_limit("speech", "gres/gpu", 60)
     assert not (tmp_path / STATE).exists()

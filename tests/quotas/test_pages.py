@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from apps.clusters import sync
-from apps.clusters.adapters.base import AdapterError
+from apps.clusters import services as cluster_services
+from apps.core.errors import AdapterError
 from apps.quotas.models import Quota, QuotaChange
 from tests.conftest import make_job
 
 
 @pytest.fixture
 def patched(slurm, monkeypatch):
-    """The views reach Slurm through ``sync.client_for``: answer with the fake cluster."""
-    monkeypatch.setattr(sync, "client_for", lambda cluster: slurm)
+    """The views reach Slurm through ``clusters.services.client_for``: answer with the fake."""
+    monkeypatch.setattr(cluster_services, "client_for", lambda cluster: slurm)
     return slurm
 
 

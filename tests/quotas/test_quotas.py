@@ -10,8 +10,8 @@ import pytest
 from django.core import mail
 
 from apps.audit.models import AuditEvent
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.models import Node, SlurmAssociation
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.jobs.models import Job
 from apps.quotas import services
 from apps.quotas.models import Quota, QuotaAlert, QuotaChange

@@ -7,14 +7,14 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from apps.clusters import sync
+from apps.clusters import services as cluster_services
 from apps.core.models import TaskRun
 from apps.quotas import tasks as quota_tasks
 
 
 def test_the_quota_check_runs_for_clusters_with_slurm_and_its_twin(
         world, slurm, monkeypatch, django_capture_on_commit_callbacks):
-    monkeypatch.setattr(sync, "client_for", lambda cluster: slurm)
+    monkeypatch.setattr(cluster_services, "client_for", lambda cluster: slurm)
     assert quota_tasks.check_all_clusters() == 0  # the world's cluster has no Slurm backend
     world.cluster.slurm_backend = "cli"
     world.cluster.save()

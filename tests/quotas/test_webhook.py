@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.quotas.adapters.webhook import Webhook
 
 RECEIVED: list[dict] = []

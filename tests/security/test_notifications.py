@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from django.core import mail
 
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.security import notify
 from apps.security.adapters.webhook import post_json
 from apps.security.findings import record_hits

@@ -58,6 +58,11 @@ def test_queries_cover_every_gpu_and_node_and_quote_label_values():
     assert not any("hpc_job" in q for q in prom.queries)  # free GPUs are the point
     assert any('device!~"lo|ib.*"' in q for q in prom.queries)
     assert raw.nodes["gpu01"]["ib"][0][1] == 8e9  # both ports summed
+    # rate() drops the name: never one regex over several counters (issue 17)
+    assert not any("__name__" in q for q in prom.queries)
+    [ib] = [q for q in prom.queries if "node_infiniband_port_data" in q]
+    assert "rate(node_infiniband_port_data_received_bytes_total{" in ib
+    assert "rate(node_infiniband_port_data_transmitted_bytes_total{" in ib
     [(measure, series)] = [(m, s) for m, s in raw.gpus if s.labels.get("gpu") == "0"]
     assert measure == "gpu_util" and series.points[0][1] == 0.97  # percent to ratio
 
@@ -91,8 +96,9 @@ def test_findings_carry_the_promql_that_shows_them():
 
     queries = evidence_queries(Catalogue(), "gpu_activity_without_job", 'gpu"01', 3)
     assert 'DCGM_FI_DEV_GPU_UTIL{Hostname="gpu\\"01",gpu="3"}' in queries
-    [ib] = evidence_queries(Catalogue(), "ib_traffic_without_multinode_job", "gpu07", None)
-    assert ib.startswith("rate(node_infiniband_port_data_received_bytes_total{instance=~")
+    rx, tx = evidence_queries(Catalogue(), "ib_traffic_without_multinode_job", "gpu07", None)
+    assert rx.startswith("rate(node_infiniband_port_data_received_bytes_total{instance=~")
+    assert tx.startswith("rate(node_infiniband_port_data_transmitted_bytes_total{instance=~")
     assert evidence_queries(Catalogue(), "secret_in_job_script", "", None) == []
 
 

@@ -154,7 +154,7 @@ def _recorded_tres_order() -> list[str]:
 
 
 def test_fairshare_follows_usage_and_the_limits_were_never_broken(full_run):
-    from apps.clusters.adapters.slurm_parse_cluster import parse_sacctmgr_assoc, parse_sshare
+    from apps.clusters.adapters.slurm.parse_cluster import parse_sacctmgr_assoc, parse_sshare
 
     assocs = parse_sacctmgr_assoc((full_run / "slurm/sacctmgr_assoc.txt").read_text())
     shares = {(s.account, s.user): s for s in parse_sshare(
@@ -186,7 +186,7 @@ def test_jobs_wait_with_assoc_grp_gres_only_while_their_account_holds_its_limit(
     """The GrpTRES sacctmgr shows is the one the month enforced: the account reached it,
     and each job Slurm held with AssocGrpGRES waited while the account's running GPUs plus
     its own would have gone past it."""
-    from apps.clusters.adapters.slurm_parse_cluster import parse_sacctmgr_assoc
+    from apps.clusters.adapters.slurm.parse_cluster import parse_sacctmgr_assoc
 
     [limited] = [a for a in parse_sacctmgr_assoc(
         (full_run / "slurm/sacctmgr_assoc.txt").read_text()) if a.grp_tres and not a.user]

@@ -148,7 +148,7 @@ def test_the_defaults_are_seeded_once_and_edits_survive(world):
 
 
 def test_the_sacct_importer_keeps_the_last_pending_reason_of_started_jobs(world):
-    from apps.clusters.adapters.slurm_parse import parse_sacct_job
+    from apps.clusters.adapters.slurm.parse import parse_sacct_job
 
     def rec(state: str, reason: str) -> dict:
         return {"job_id": 7, "time": {"submission": 1795000000, "start": 1795000600,

@@ -29,9 +29,9 @@ from apps.chargeback import reconciliation, services
 from apps.chargeback.api import serializers as s
 from apps.chargeback.filters import MONTH_PATTERN, StatementFilterSet, UsageFilterSet
 from apps.chargeback.models import BillingPeriod, Rate, Reconciliation, Statement
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.models import Cluster
 from apps.core.api.strict import StrictLimitOffsetPagination, StrictQueryParams
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.jobs.models import Job
 
 REFUSED = OpenApiResponse(description="refused: a message says why (e.g. the month is open)")

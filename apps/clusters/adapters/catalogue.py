@@ -16,13 +16,22 @@ out since 4.0 (``deploy/prometheus/dcgm-collectors.csv`` turns it back on).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from apps.analysis.timeseries import GpuKey, Series, merge
-from apps.clusters.adapters.promql import UnsafeValue, check_label, check_metric
+from apps.clusters.adapters.promql import (
+    Matcher,
+    UnsafeValue,
+    check_label,
+    check_metric,
+    counter_sum,
+    deduplicated,
+    host_of,
+    selector,
+)
 
 
 @dataclass(frozen=True)
@@ -80,28 +89,13 @@ JOB_MEASURES = ("gpu_util", "sm_active", "gr_engine_active", "tensor_active", "d
                 "sm_occupancy", "fp64_active", "temperature", "sm_clock", "throttle_reasons",
                 "xid", "ecc_sbe", "ecc_dbe", "nvlink_rx", "pcie_rx")
 
-# Node series (node_exporter): PromQL over a selector ``{sel}`` and a rate window ``{w}``,
-# grouped by the node label ``{node}``. The values are per node, shared by every job there.
-NODE_QUERIES: dict[str, tuple[str, str]] = {
-    "cpu_busy": ('1 - avg by ({node}) (rate(node_cpu_seconds_total{{{sel},mode="idle"}}[{w}]))',
-                 "ratio"),
-    "mem_used": ("max by ({node}) (node_memory_MemTotal_bytes{{{sel}}} - "
-                 "node_memory_MemAvailable_bytes{{{sel}}})", "B"),
-    "net_rx": ('sum by ({node}) (rate(node_network_receive_bytes_total{{{sel},device!="lo"}}'
-               "[{w}]))", "B/s"),
-    "net_tx": ('sum by ({node}) (rate(node_network_transmit_bytes_total{{{sel},device!="lo"}}'
-               "[{w}]))", "B/s"),
-    "ib_rx": ("sum by ({node}) (rate(node_infiniband_port_data_received_bytes_total{{{sel}}}"
-              "[{w}]))", "B/s"),
-    "ib_tx": ("sum by ({node}) (rate(node_infiniband_port_data_transmitted_bytes_total{{{sel}}}"
-              "[{w}]))", "B/s"),
-    "ib_wait": ("sum by ({node}) (rate(node_infiniband_port_transmit_wait_total{{{sel}}}[{w}]))",
-                "ticks/s"),
-    "ib_errors": ("sum by ({node}) (increase(node_infiniband_link_error_recovery_total{{{sel}}}"
-                  "[{w}]) + increase(node_infiniband_link_downed_total{{{sel}}}[{w}]))",
-                  "count"),
-    "ib_rate_min": ("min by ({node}) (node_infiniband_rate_bytes_per_second{{{sel}}})", "B/s"),
-    "ib_rate_max": ("max by ({node}) (node_infiniband_rate_bytes_per_second{{{sel}}})", "B/s"),
+# Node series (node_exporter): measure -> unit. The PromQL comes from NODE_SAMPLES below
+# (:func:`node_query`), so the Prometheus and the raw-sample paths read the same families
+# the same way; values are per node, shared by every job there.
+NODE_UNITS: dict[str, str] = {
+    "cpu_busy": "ratio", "mem_used": "B", "net_rx": "B/s", "net_tx": "B/s", "ib_rx": "B/s",
+    "ib_tx": "B/s", "ib_wait": "ticks/s", "ib_errors": "count", "ib_rate_min": "B/s",
+    "ib_rate_max": "B/s", "fs_read": "B/s", "fs_write": "B/s",
 }
 # Network file systems: byte counters summed over a node's mounts (``fs_read``, ``fs_write``
 # in B/s). node_exporter's mountstats collector by default (off unless started with
@@ -131,13 +125,43 @@ NODE_SAMPLES: dict[str, tuple[tuple[str, ...], str]] = {
     "ib_rate_min": (("node_infiniband_rate_bytes_per_second",), "min"),
     "ib_rate_max": (("node_infiniband_rate_bytes_per_second",), "max"),
 }
-# The label matchers of NODE_QUERIES, for the raw samples: family -> (label, "=" or "!=",
+# The label matchers of the node measures (both paths): family -> (label, "=" or "!=",
 # value). Only idle CPU time counts for ``busy``; the loopback device is not traffic.
 NODE_SAMPLE_MATCHERS: dict[str, tuple[str, str, str]] = {
     "node_cpu_seconds_total": ("mode", "=", "idle"),
     "node_network_receive_bytes_total": ("device", "!=", "lo"),
     "node_network_transmit_bytes_total": ("device", "!=", "lo"),
 }
+
+
+def node_query(how: str, families: Sequence[str], node: str, sel: Sequence[Matcher],
+               window: str) -> str:
+    """The PromQL of one node measure over the matchers ``sel``, grouped by ``node``.
+
+    Counters (``rate``, ``increase``, ``busy``) go through ``promql.counter_sum``: one
+    selector per name (rate() drops the name, and the received and transmitted series
+    of a port share every other label), a target scraped twice counted once.
+    """
+    def matchers(family: str) -> list[Matcher]:
+        rule = NODE_SAMPLE_MATCHERS.get(family)
+        return [*sel, Matcher.from_tuple(rule)] if rule else list(sel)
+
+    if how in ("rate", "increase"):
+        if len({tuple(matchers(f)) for f in families}) != 1:
+            raise ValueError("the families of one measure must share their matchers")
+        return counter_sum(families, matchers(families[0]), window, [node], fn=how)
+    if how == "busy":
+        (family,) = families
+        idle = counter_sum([family], matchers(family), window, [node, "cpu"])
+        return f"1 - avg by ({node}) ({idle})"
+    if how == "difference":
+        total, available = families
+        return (f"max by ({node}) ({deduplicated(selector(total, *matchers(total)))} - "
+                f"{deduplicated(selector(available, *matchers(available)))})")
+    if how in ("min", "max"):
+        (family,) = families
+        return f"{how} by ({node}) ({selector(family, *matchers(family))})"
+    raise ValueError(f"unknown node measure kind {how!r}")
 
 
 def node_sample_wanted(family: str, labels: Mapping[str, str]) -> bool:
@@ -198,14 +222,13 @@ class Catalogue:
     def metric(self, measure: str) -> MetricSpec:
         return self.metrics[measure]
 
-    def node_queries(self) -> dict[str, tuple[str, str]]:
-        """NODE_QUERIES and this cluster's file-system counters (rates summed per node)."""
-        queries = dict(NODE_QUERIES)
-        for measure, names in self.file_system.items():
-            # names passed check_metric: no quote or brace can reach the regex
-            queries[measure] = ("sum by ({node}) (rate({{__name__=~\"" + "|".join(names) +
-                                "\",{sel}}}[{w}]))", "B/s")
-        return queries
+    def node_queries(self, sel: Sequence[Matcher] = (), window: str = "5m"
+                     ) -> dict[str, tuple[str, str]]:
+        """Measure -> (PromQL, unit) for the node series over the matchers ``sel``: the
+        node_exporter measures and this cluster's file-system counters, by node label."""
+        return {measure: (node_query(how, families, self.node_label, sel, window),
+                          NODE_UNITS[measure])
+                for measure, (families, how) in self.node_samples.items()}
 
     @cached_property
     def node_samples(self) -> dict[str, tuple[tuple[str, ...], str]]:
@@ -235,7 +258,7 @@ class Catalogue:
         """The GPU a dcgm series belongs to, or None when it lacks host or index."""
         # Without a host label (dcgm-exporter --no-hostname), fall back to the scrape target.
         host = series.label(*self.host_labels) or \
-            series.labels.get(self.node_label, "").split(":", 1)[0]
+            host_of(series.labels.get(self.node_label, ""))
         index = series.labels.get(self.gpu_label, "")
         if not host or not index.isdigit():
             return None

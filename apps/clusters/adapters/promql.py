@@ -5,13 +5,21 @@ becomes a double-quoted PromQL string literal through :func:`quote`; a set of va
 becomes an anchored regex alternation through :func:`any_of`. An empty value is refused:
 ``label=""`` also matches every series that lacks the label, so ``{hpc_job=""}`` would
 select all free GPUs instead of nothing.
+
+Counters over several metric names go through :func:`counter_sum` (issue 17): ``rate()``
+and ``increase()`` drop ``__name__``, so ``rate({__name__=~"rx|tx"}[2m])`` is refused by
+Prometheus ("vector cannot contain metrics with the same labelset") on every real
+node_exporter, where both directions of a port share every other label. Here each name
+gets its own selector and function, and its name is put back as a label
+(``label_replace(..., "beacon_name", "<name>", "", "")``) before the ``or`` that joins
+them, so no two operands can collide and a name a node lacks drops only its own share.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -121,6 +129,20 @@ class Matcher:
         return cls(check_label(label), "=~", any_host(hosts))
 
     @classmethod
+    def not_matching(cls, label: str, pattern: str) -> Matcher:
+        """``label!~"pattern"``: ``pattern`` is a regex written in code (``lo|ib.*``), never
+        user input; it is quoted like any value."""
+        return cls(check_label(label), "!~", quote(pattern))
+
+    @classmethod
+    def from_tuple(cls, rule: tuple[str, str, str]) -> Matcher:
+        """``(label, op, value)`` as tables in code write them (``("mode", "=", "idle")``)."""
+        label, op, value = rule
+        if op not in OPS:
+            raise UnsafeValue(f"{op!r} is not a PromQL matcher operator")
+        return cls(check_label(label), op, quote(value))
+
+    @classmethod
     def present(cls, label: str) -> Matcher:
         """``label!=""``: the series carries the label (the one legitimate empty literal)."""
         return cls(check_label(label), "!=", '""')
@@ -138,3 +160,52 @@ def selector(metric: str, *matchers: Matcher) -> str:
 def duration(seconds: float) -> str:
     """A PromQL duration in whole milliseconds (``[2016000ms]``), never below 1 ms."""
     return f"{max(1, round(seconds * 1000))}ms"
+
+
+# The label :func:`counter_sum` writes each counter's name into (rate() drops __name__).
+NAME_LABEL = "beacon_name"
+# Labels that differ between two scrapes of one target (a node_exporter scraped by two
+# jobs): averaged away before any sum, so such a target is not counted twice. An average,
+# not a max: two scrapes sample a counter at different instants, and the max of two noisy
+# short-window rates is biased up (measured: a 25 % busy node read as 19 %).
+SCRAPE_LABELS = ("job",)
+COUNTER_FUNCTIONS = ("rate", "increase", "irate")
+
+
+def counter_sum(names: Sequence[str], matchers: Sequence[Matcher], window: str,
+                by: Sequence[str], *, fn: str = "rate") -> str:
+    """``sum by (by) (fn(name[window]))`` over one or several counter names.
+
+    Each name is its own selector; with several, each result carries its name in
+    ``NAME_LABEL`` before they are joined with ``or``, so the received and transmitted
+    series of one port never share a label set (put ``NAME_LABEL`` in ``by`` to keep
+    the names apart in the answer). ``avg without (job)`` first, so a target scraped by
+    two jobs is counted once. Counter resets are ``fn``'s business (rate and increase
+    handle them).
+    """
+    if fn not in COUNTER_FUNCTIONS:
+        raise UnsafeValue(f"{fn!r} is not a counter function ({', '.join(COUNTER_FUNCTIONS)})")
+    if not names:
+        raise UnsafeValue("a counter sum needs at least one metric name")
+    group = ", ".join(check_label(label) if label != NAME_LABEL else label for label in by)
+    if len(set(names)) == 1:
+        inner = f"{fn}({selector(names[0], *matchers)}[{window}])"
+    else:
+        inner = " or ".join(
+            f'label_replace({fn}({selector(name, *matchers)}[{window}]), "{NAME_LABEL}", '
+            f'"{name}", "", "")' for name in dict.fromkeys(names))
+    return f"sum by ({group}) ({deduplicated(inner)})"
+
+
+def deduplicated(expr: str) -> str:
+    """``avg without (job) (expr)``: one series per target however often it is scraped."""
+    return f"avg without ({', '.join(SCRAPE_LABELS)}) ({expr})"
+
+
+def host_of(target: str) -> str:
+    """The host of a scrape target: ``gpu01:9100`` -> ``gpu01``, ``[fe80::1]:9100`` ->
+    ``fe80::1``, ``gpu01`` -> ``gpu01``."""
+    if target.startswith("["):
+        end = target.find("]")
+        return target[1:end] if end > 0 else target
+    return target.split(":", 1)[0] if target.count(":") == 1 else target

@@ -25,12 +25,13 @@ from apps.analysis.timeseries import (
     combine,
     counter_rate,
 )
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.catalogue import (
     Catalogue,
     group_by_gpu,
     node_sample_wanted,
 )
+from apps.clusters.adapters.promql import host_of
+from apps.core.errors import AdapterError
 
 SERVICE = "openmetrics"
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -333,7 +334,7 @@ def jobs_series(lines: Iterable[str], catalogue: Catalogue,
     node_raw: dict[tuple[str, str], list[tuple[str, tuple[Point, ...]]]] = {}
     for series in read_series(lines, keep):
         if series.metric in node_families:
-            host = series.labels.get(catalogue.node_label, "").split(":", 1)[0]
+            host = host_of(series.labels.get(catalogue.node_label, ""))
             node_raw.setdefault((host, series.metric), []).append((series.metric, series.points))
         else:
             _assign(series, catalogue, labelled, held, pairs, found_by_label)

@@ -169,16 +169,38 @@ class JobFindingSerializer(serializers.ModelSerializer):
                   "contact", "evidence", "created_at"]
 
 
+class TraceGpuSerializer(serializers.Serializer):
+    """The GPU's account of a step, per-step means (ms)."""
+
+    idle_ms = serializers.FloatField()
+    compute_ms = serializers.FloatField()
+    communication_ms = serializers.FloatField()
+    exposed_communication_ms = serializers.FloatField()
+
+
+class TraceDeviceSerializer(serializers.Serializer):
+    """Where a rank ran, as its trace says."""
+
+    host = serializers.CharField(allow_null=True)
+    index = serializers.IntegerField()
+    name = serializers.CharField(allow_null=True)
+
+
 class TraceRankSerializer(serializers.Serializer):
     rank = serializers.IntegerField()
     step_ms = serializers.FloatField()
     phases_ms = serializers.DictField(child=serializers.FloatField())
+    gpu = TraceGpuSerializer(allow_null=True)
+    device = TraceDeviceSerializer(allow_null=True)
 
 
 class TraceStragglerSerializer(serializers.Serializer):
     rank = serializers.IntegerField()
     phase = serializers.CharField()
     excess_ms = serializers.FloatField()
+    steps = serializers.ListField(child=serializers.IntegerField())
+    intermittent = serializers.BooleanField()
+    device = TraceDeviceSerializer(allow_null=True)
 
 
 class TraceRunSerializer(serializers.ModelSerializer):
@@ -194,6 +216,7 @@ class TraceRunSerializer(serializers.ModelSerializer):
         model = TraceRun
         fields = ["id", "job", "cluster", "job_id", "world_size", "steps", "timeline",
                   "dominant_phase", "straggler", "waiting_ranks", "communication_bound",
+                  "gpu_idle_share", "mixed_runs", "verdict",
                   "partial", "warnings", "files", "recorded_start", "recorded_end",
                   "created_at", "ranks"]
 

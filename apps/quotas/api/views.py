@@ -14,9 +14,9 @@ from rest_framework.response import Response
 
 from apps.accounts.permissions import ADMIN, VIEW
 from apps.chargeback.services import parse_month
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
 from apps.clusters.models import SlurmAccount
 from apps.core.api.strict import StrictLimitOffsetPagination, StrictQueryParams
+from apps.core.errors import AdapterError, TransientAdapterError
 from apps.quotas import services
 from apps.quotas.api import serializers as s
 from apps.quotas.models import QuotaChange

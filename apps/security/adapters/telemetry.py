@@ -25,10 +25,22 @@ from itertools import pairwise
 from pathlib import Path
 
 from apps.analysis.timeseries import Point, Series, counter_rate
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.adapters.catalogue import Catalogue
-from apps.clusters.adapters.prometheus import PrometheusClient
-from apps.clusters.adapters.promql import Matcher, any_of, duration, selector
+from apps.clusters.adapters.prometheus import (
+    PrometheusClient,
+    QueryFailure,
+    all_failed,
+    read_narrowly,
+)
+from apps.clusters.adapters.promql import (
+    Matcher,
+    counter_sum,
+    deduplicated,
+    duration,
+    host_of,
+    selector,
+)
+from apps.core.errors import AdapterError
 from apps.jobs.adapters.openmetrics import read_series
 
 GPU_MEASURES = ("gpu_util", "fb_used", "sm_active", "tensor_active", "power", "nvlink_tx")
@@ -71,6 +83,8 @@ class RawTelemetry:
     nodes: dict[str, dict[str, list[Point]]] = field(default_factory=dict)
     ib_devices: dict[str, dict[str, list[Point]]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # queries that failed while the others were read: the rules needing them found nothing
+    failures: list[QueryFailure] = field(default_factory=list)
 
 
 # --- Prometheus --------------------------------------------------------------------------------
@@ -80,23 +94,43 @@ def from_prometheus(client: PrometheusClient, catalogue: Catalogue, start: float
                     step: float) -> RawTelemetry:
     """Every GPU's measures and every node's rates over ``(start, end]``, one point per step.
 
-    Raises ``AdapterError`` (transient for timeouts and an unreachable server).
+    One query per measure; a query Prometheus refuses or times out is noted in
+    ``raw.failures`` and the others are read (``read_narrowly``). Raises ``AdapterError``
+    when Prometheus cannot be reached (transient) or every query failed.
     """
     raw = RawTelemetry(step)
+    queries = {**gpu_queries(catalogue, step), **node_queries(catalogue, step)}
+    for measure, expr in queries.items():
+        result = read_narrowly(raw.failures, measure, expr,
+                               lambda e=expr: client.query_range(e, start + step, end, step))
+        if result is None:
+            continue
+        raw.warnings.extend(result.warnings)
+        if measure in GPU_MEASURES:
+            scale = catalogue.metric(measure).scale
+            raw.gpus.extend((measure, _scaled(s, scale)) for s in result.series)
+        else:
+            _node_series(raw, catalogue, measure, result.series)
+    _sum_devices(raw)
+    if (failed := all_failed(raw.failures, len(queries), "telemetry")) is not None:
+        raise failed
+    return raw
+
+
+def gpu_queries(catalogue: Catalogue, step: float) -> dict[str, str]:
+    """One query per GPU measure, without a job filter (the free GPUs are the point);
+    older metric names are ``or``-ed in after the current one (same labels: the current
+    name wins)."""
     cluster = _cluster(catalogue)
     window = duration(max(step - 0.001, 0.001))
+    queries = {}
     for measure in GPU_MEASURES:
-        spec = catalogue.metric(measure)
         # Memory is read at each instant, not averaged: two jobs' series at one instant then
         # mean two jobs at once (an average would also hold a job that ended mid-step).
         template = "{sel}" if measure == INSTANT_MEASURE else "avg_over_time({sel}[{w}])"
-        expr = " or ".join(template.format(sel=selector(name, *cluster), w=window)
-                           for name in spec.names)
-        result = client.query_range(expr, start + step, end, step)
-        raw.warnings.extend(result.warnings)
-        raw.gpus.extend((measure, _scaled(s, spec.scale)) for s in result.series)
-    _prometheus_nodes(client, catalogue, start, end, step, raw)
-    return raw
+        queries[measure] = " or ".join(template.format(sel=selector(name, *cluster), w=window)
+                                       for name in catalogue.metric(measure).names)
+    return queries
 
 
 def _cluster(catalogue: Catalogue) -> list[Matcher]:
@@ -111,49 +145,44 @@ def _scaled(series: Series, scale: float) -> Series:
     return Series(series.metric, series.labels, tuple((t, v * scale) for t, v in series.points))
 
 
-def _prometheus_nodes(client: PrometheusClient, catalogue: Catalogue, start: float, end: float,
-                      step: float, raw: RawTelemetry) -> None:
-    node = catalogue.node_label
-    sel = ",".join(m.render() for m in _cluster(catalogue))
+def node_queries(catalogue: Catalogue, step: float) -> dict[str, str]:
+    """The PromQL of every node measure (``NODE_FAMILIES``, then CPU) for a window read at
+    ``step``: each counter name its own selector (``promql.counter_sum``), since rate()
+    drops the name and a port's received and transmitted series share every other label.
+
+    ``increase`` measures count each bucket over one more scrape interval: a counter that
+    jumps between the last sample of one bucket and the first of the next is seen by
+    that bucket (``increase`` over exactly the step would miss it); a jump inside the
+    overlap may be counted by two buckets, never by none.
+    """
+    node, cluster = catalogue.node_label, _cluster(catalogue)
     rate_window = duration(max(step, 4 * catalogue.scrape_interval))
+    queries = {}
     for measure, (families, how) in NODE_FAMILIES.items():
-        names = any_of(families)  # metric names from the table above, quoted
-        extra = ',device!~"lo|ib.*"' if measure == "egress" else ""
-        by = f"{node}, device" if measure == "ib" else node
-        fn = "increase" if how == "increase" else "rate"
-        width = duration(step) if how == "increase" else rate_window
-        inner = "{" + ",".join(p for p in (f"__name__=~{names}", sel) if p) + extra + "}"
-        expr = f"sum by ({by}) ({fn}({inner}[{width}]))"
-        result = client.query_range(expr, start + step, end, step)
-        raw.warnings.extend(result.warnings)
-        for series in result.series:
-            host = series.labels.get(node, "").split(":", 1)[0]
-            if not host:
-                continue
-            if measure == "ib":
-                raw.ib_devices.setdefault(host, {})[series.labels.get("device", "")] = \
-                    list(series.points)
-            else:
-                raw.nodes.setdefault(host, {})[measure] = list(series.points)
-    _prometheus_cpu(client, catalogue, start, end, step, raw, rate_window)
-    _sum_devices(raw)
+        matchers = [*cluster, Matcher.not_matching("device", "lo|ib.*")] \
+            if measure == "egress" else cluster
+        by = [node, "device"] if measure == "ib" else [node]
+        width = duration(step + catalogue.scrape_interval) if how == "increase" \
+            else rate_window
+        queries[measure] = counter_sum(families, matchers, width, by, fn=how)
+    idle = [Matcher.eq("mode", "idle"), *cluster]
+    cores = f"count by ({node}) ({deduplicated(selector(CPU_FAMILY, *idle))})"
+    queries["cpu_cores"] = cores
+    queries["cpu_busy"] = f"{cores} - {counter_sum([CPU_FAMILY], idle, rate_window, [node])}"
+    return queries
 
 
-def _prometheus_cpu(client: PrometheusClient, catalogue: Catalogue, start: float, end: float,
-                    step: float, raw: RawTelemetry, rate_window: str) -> None:
-    """Cores and busy cores per node: count of idle series, minus their idle rate."""
-    node = catalogue.node_label
-    idle = selector(CPU_FAMILY, Matcher.eq("mode", "idle"), *_cluster(catalogue))
-    cores = f"count by ({node}) ({idle})"
-    exprs = {"cpu_cores": cores,
-             "cpu_busy": f"{cores} - sum by ({node}) (rate({idle}[{rate_window}]))"}
-    for measure, expr in exprs.items():
-        result = client.query_range(expr, start + step, end, step)
-        raw.warnings.extend(result.warnings)
-        for series in result.series:
-            host = series.labels.get(node, "").split(":", 1)[0]
-            if host:
-                raw.nodes.setdefault(host, {})[measure] = list(series.points)
+def _node_series(raw: RawTelemetry, catalogue: Catalogue, measure: str,
+                 series_list: list[Series]) -> None:
+    for series in series_list:
+        host = host_of(series.labels.get(catalogue.node_label, ""))
+        if not host:
+            continue
+        if measure == "ib":
+            raw.ib_devices.setdefault(host, {})[series.labels.get("device", "")] = \
+                list(series.points)
+        else:
+            raw.nodes.setdefault(host, {})[measure] = list(series.points)
 
 
 def _sum_devices(raw: RawTelemetry) -> None:
@@ -251,7 +280,7 @@ def _clip_into(series_list: list[Series], gpu_names: dict[str, str], catalogue: 
             gpu_points[key].extend(p for p in series.points if start < p[0] <= end)
             continue
         labels = series.labels
-        host = labels.get(catalogue.node_label, "").split(":", 1)[0]
+        host = host_of(labels.get(catalogue.node_label, ""))
         if series.metric == CPU_FAMILY:
             if labels.get("mode") != "idle":
                 continue
@@ -349,6 +378,7 @@ def evidence_queries(catalogue: Catalogue, rule: str, host: str, gpu: int | None
     node_measure = _EVIDENCE_NODE.get(rule)
     if node_measure is not None:
         families, how = NODE_FAMILIES[node_measure]
-        inner = selector(families[0], Matcher.host(catalogue.node_label, [host]))
-        queries.append(f"{'increase' if how == 'increase' else 'rate'}({inner}[5m])")
+        # one query per counter: rate() drops the name, so one per name keeps them apart
+        queries += [f"{how}({selector(family, Matcher.host(catalogue.node_label, [host]))}[5m])"
+                    for family in families]
     return queries

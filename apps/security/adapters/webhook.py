@@ -13,7 +13,7 @@ from typing import Any
 
 import requests
 
-from apps.clusters.adapters.base import AdapterError, TransientAdapterError
+from apps.core.errors import AdapterError, TransientAdapterError
 
 SERVICE = "webhook"
 

@@ -15,7 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.db import InterfaceError, OperationalError
 
-from apps.clusters.adapters.slurm_parse import parse_exit_codes
+from apps.clusters.adapters.slurm.parse import parse_exit_codes
 from apps.clusters.importer import ImportResult, import_sacct
 from apps.clusters.labels import label_jobs_from_dir
 from apps.clusters.models import Cluster

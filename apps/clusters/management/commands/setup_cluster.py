@@ -29,7 +29,7 @@ def _backend_options() -> dict[str, Any]:
     if settings.SLURM_BACKEND == "files":
         if not settings.SLURM_FILES_DIR:
             raise CommandError("SLURM_BACKEND=files needs SLURM_FILES_DIR (saved sacct/squeue/"
-                               "sinfo output; see apps/clusters/adapters/slurmfiles.py)")
+                               "sinfo output; see apps/clusters/adapters/slurm/files.py)")
         options.update(dir=settings.SLURM_FILES_DIR)
     return options
 

@@ -8,8 +8,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.clusters import labels, sync
-from apps.clusters.adapters.base import AdapterError
 from apps.clusters.models import Cluster
+from apps.core.errors import AdapterError
 
 PARTS = ("jobs", "queue", "nodes", "shares", "labels")
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from apps.clusters.adapters.base import AdapterError
 from apps.core import demo
+from apps.core.errors import AdapterError
 from apps.core.progress import Progress
 
 

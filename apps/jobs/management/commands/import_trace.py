@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
 
 from apps.analysis.phases import TraceAnalysisError
-from apps.clusters.adapters.base import AdapterError
+from apps.core.errors import AdapterError
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job
 from apps.jobs.traces import import_trace

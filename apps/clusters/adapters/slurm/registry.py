@@ -1,0 +1,37 @@
+"""Which class serves which ``Cluster.slurm_backend``, and how a client is built.
+
+Importing a backend module never imports its client library (``pyslurm`` is imported inside
+the methods of its backend, only when one is used), so the registry can name every class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from apps.clusters.adapters.slurm.cli import SlurmCli
+from apps.clusters.adapters.slurm.files import SlurmFiles
+from apps.clusters.adapters.slurm.pyslurm import SlurmPyslurm
+from apps.clusters.adapters.slurm.rest import SlurmRest
+from apps.clusters.adapters.slurm.types import SlurmClient
+from apps.core.errors import AdapterError
+
+BACKENDS: dict[str, type[SlurmCli | SlurmRest | SlurmPyslurm | SlurmFiles]] = {
+    "cli": SlurmCli,
+    "rest": SlurmRest,
+    "pyslurm": SlurmPyslurm,
+    "files": SlurmFiles,
+}
+
+
+def slurm_client(backend: str, options: Mapping[str, Any]) -> SlurmClient:
+    """Build the backend named ``backend`` ("cli", "rest", "pyslurm", "files") from its options.
+
+    Options are ``Cluster.slurm_settings`` plus the cluster name; each backend documents
+    its own keys. Unknown backends are an ``AdapterError``.
+    """
+    if backend not in BACKENDS:
+        raise AdapterError(
+            f"unknown Slurm backend {backend!r} (expected cli, rest, pyslurm or files)",
+            service="slurm")
+    return BACKENDS[backend].from_options(options)

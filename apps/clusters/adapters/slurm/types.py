@@ -1,0 +1,349 @@
+"""The Slurm adapter's types: the frozen dataclasses every backend returns, and the interface.
+
+Every backend returns these, parsed at the boundary by ``parse``/``parse_cluster`` (pure
+functions, shared by all backends and by ``import_sacct``). Failures are ``AdapterError``; a
+daemon that is down or slow is a ``TransientAdapterError``. No other module of the package is
+imported here, so every one of them can import this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol
+
+# --- Value types ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """A job's exit as sacct prints it (``3:0`` = exit code 3, ``0:9`` = killed by signal 9)."""
+
+    code: int
+    signal: int
+
+    @classmethod
+    def from_wait_status(cls, raw: int) -> ExitStatus:
+        """Decode a raw wait(2) status (squeue/slurm REST ``exit_code``: 768 = exit 3)."""
+        return cls(code=(raw >> 8) & 0xFF, signal=raw & 0x7F)
+
+    def __str__(self) -> str:
+        return f"{self.code}:{self.signal}"
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job record from accounting (sacct / slurmdbd): everything ``Job`` stores.
+
+    ``exit`` is ``None`` while the job is active, and also when the source cannot be
+    trusted for this record (``exit_unresolved``): Slurm 22.05's JSON reports
+    ``SUCCESS/0`` for a job that exited 3, so the sync asks another source
+    (``SlurmClient.exit_codes``). GPU counts come from the *allocated* TRES only.
+    """
+
+    job_id: int
+    display_id: str
+    cluster: str
+    submit_time: datetime
+    name: str = ""
+    user_name: str = ""
+    account: str = ""
+    partition: str = ""
+    qos: str = ""
+    work_dir: str = ""
+    comment: str = ""
+    state: str = "UNKNOWN"
+    reason: str = ""
+    # After a job started: the last pending reason Slurm kept (sacct ``state.reason``), which
+    # tells whose wait it was (the queue-wait SLO, apps/analysis/pending.wait_cause).
+    wait_reason: str = ""
+    exit: ExitStatus | None = None
+    exit_unresolved: bool = False
+    eligible_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    time_limit_min: int | None = None
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_tasks_pending: str = ""
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+    nodes: str = ""
+    node_count: int = 0
+    cpus: int = 0
+    memory_mb: int = 0
+    mem_peak_mb: float | None = None  # MaxRSS: the largest task's peak over the steps
+    gpus: int = 0
+    gpu_shards: int = 0
+    gpu_types: Mapping[str, int] = field(default_factory=dict)
+    tres_alloc: str = ""
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state not in ACTIVE_STATES
+
+    @property
+    def last_change(self) -> datetime:
+        """The latest time Slurm recorded for this job (the sync's watermark source)."""
+        return change_time(self.submit_time, self.start_time, self.end_time)
+
+
+def change_time(submit: datetime, start: datetime | None, end: datetime | None) -> datetime:
+    """When Slurm last changed a job record: the latest of its submit, start and end.
+
+    The eligible time is left out on purpose. For a job that has not started it is a plan,
+    not an event: ``--begin=now+1hour``, or a requeued job's hold-off, lies in the future,
+    and a watermark taken from it would start the next windows in the future and lose every
+    short job in between. For a job that has started it is never after the start.
+    """
+    return max(t for t in (submit, start, end) if t is not None)
+
+
+@dataclass(frozen=True)
+class RecordError:
+    """A record that could not be parsed: which one (index, job id when known) and why."""
+
+    index: int
+    job_id: int | None
+    message: str
+
+    def __str__(self) -> str:
+        who = f"job {self.job_id}" if self.job_id is not None else "job id unknown"
+        return f"record #{self.index} ({who}): {self.message}"
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """A job as slurmctld sees it now (squeue / slurm REST): live fields only."""
+
+    job_id: int
+    state: str
+    reason: str = ""
+    estimated_start: datetime | None = None
+    exit: ExitStatus | None = None
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    user_name: str = ""
+
+
+@dataclass(frozen=True)
+class GpuBinding:
+    """GPU indices (node-local, as DCGM numbers them) one job holds on one node."""
+
+    job_id: int
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_type: str = ""
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """A node from sinfo / slurm REST."""
+
+    name: str
+    state: str
+    partitions: tuple[str, ...] = ()
+    cpus: int = 0
+    memory_mb: int = 0
+    gpu_type: str = ""
+    gpu_count: int = 0
+    gpus_used: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class SlurmPartition:
+    """A partition: its state, default flag and maximum wall time (minutes, None = unlimited)."""
+
+    name: str
+    state: str = ""
+    is_default: bool = False
+    max_time_min: int | None = None
+    nodes: str = ""
+
+
+@dataclass(frozen=True)
+class Association:
+    """One row of ``sacctmgr show assoc``: an account (user empty) or a user in an account.
+
+    TRES limits are kept as Slurm prints them (``gres/gpu=16``) and parsed into dicts.
+    """
+
+    cluster: str
+    account: str
+    user: str = ""
+    parent: str = ""
+    shares: str = ""
+    grp_tres: Mapping[str, int] = field(default_factory=dict)
+    grp_tres_mins: Mapping[str, int] = field(default_factory=dict)
+    grp_tres_run_mins: Mapping[str, int] = field(default_factory=dict)
+    max_tres: Mapping[str, int] = field(default_factory=dict)
+    grp_jobs: int | None = None
+    max_wall_min: int | None = None
+    qos: tuple[str, ...] = ()
+    default_qos: str = ""
+
+
+@dataclass(frozen=True)
+class ShareRow:
+    """One row of ``sshare -a -P``: fairshare and (decayed) usage of an account or user."""
+
+    account: str
+    user: str = ""
+    raw_shares: int | None = None
+    norm_shares: float | None = None
+    raw_usage: int = 0
+    effective_usage: float | None = None
+    fairshare: float | None = None
+    level_fs: float | None = None
+    grp_tres_mins: Mapping[str, int] = field(default_factory=dict)
+    tres_run_mins: Mapping[str, int] = field(default_factory=dict)
+    grp_tres_raw: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One row of ``sreport cluster AccountUtilizationByUser``: TRES-minutes of an account
+    (``user`` empty) or of a user in an account, as sreport prints them (whole minutes)."""
+
+    account: str
+    user: str
+    tres: str
+    minutes: float
+
+
+@dataclass(frozen=True)
+class JobAllocation:
+    """One job's allocation inside a window (``sacct -X -T``: times truncated to it)."""
+
+    job_id: int
+    account: str
+    user: str
+    gpus: int
+    gpu_shards: int
+    elapsed_s: int
+    start: datetime | None = None
+    end: datetime | None = None
+    state: str = ""
+
+
+@dataclass(frozen=True)
+class LimitChange:
+    """A limit written (or rehearsed) with sacctmgr: the exact command and what Slurm said."""
+
+    command: str
+    output: str
+    applied: bool
+
+
+ACTIVE_STATES = frozenset(
+    {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "REQUEUED", "CONFIGURING", "RESIZING"})
+"""States in which a job still holds (or waits for) resources."""
+
+
+class Action(StrEnum):
+    """What a page may ask of a backend beyond reading jobs: asked with
+    ``SlurmClient.cannot(action)`` before the button is shown, so a backend that cannot do
+    it is said so on the page, never found out by pressing the button."""
+
+    QUOTA_PREVIEW = "quota_preview"  # account_limits + set_account_limit(dry_run=True)
+    QUOTA_WRITE = "quota_write"  # set_account_limit
+    RECONCILE = "reconcile"  # usage_report + job_allocations
+
+
+# --- The interface --------------------------------------------------------------------
+
+
+class SlurmClient(Protocol):
+    """What Beacon asks of a Slurm cluster. Every backend implements all of it."""
+
+    # Capabilities: what a backend can do beyond reading (a backend that cannot raises
+    # AdapterError when asked; callers check first to say "unsupported" in words).
+    can_cancel: bool
+
+    def change_marker(self) -> str:
+        """One cheap scheduler call whose answer changes when jobs are submitted, start or end.
+
+        The sync skips the accounting query while it stays the same (``sdiag`` counters).
+        """
+        ...
+
+    def jobs_since(self, since: datetime | None) -> Iterator[SlurmJob | RecordError]:
+        """Accounting records of every job active at or after ``since`` (all jobs if None)."""
+        ...
+
+    def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[SlurmJob | RecordError]:
+        """Accounting records of these jobs (all array tasks of an array id)."""
+        ...
+
+    def exit_codes(self, job_ids: Iterable[int]) -> dict[int, ExitStatus]:
+        """Trustworthy exit statuses for these job ids (where the backend has one)."""
+        ...
+
+    def queue(self) -> list[QueueEntry]:
+        """The live queue from slurmctld, finished jobs filtered out."""
+        ...
+
+    def gpu_bindings(self) -> list[GpuBinding]:
+        """GPU indices per node of every running job."""
+        ...
+
+    def nodes(self) -> list[SlurmNode]:
+        ...
+
+    def partitions(self) -> list[SlurmPartition]:
+        ...
+
+    def associations(self) -> list[Association]:
+        ...
+
+    def shares(self) -> list[ShareRow]:
+        ...
+
+    def job_scripts(self, job_ids: Iterable[int]) -> dict[str, str]:
+        """Stored batch scripts by display id ("21", "4_0"); jobs without one are absent."""
+        ...
+
+    def job_environments(self, job_ids: Iterable[int]) -> dict[str, str]:
+        """The environments batch jobs were launched with (``VAR=value`` lines), stored when
+        ``AccountingStoreFlags=job_env``, by display id; jobs without one are absent."""
+        ...
+
+    def usage_report(self, start: datetime, end: datetime, tres: str) -> list[UsageRow]:
+        """Slurm's own usage report over ``[start, end)`` (whole hours: sreport's rollups)."""
+        ...
+
+    def job_allocations(self, start: datetime, end: datetime) -> list[JobAllocation]:
+        """Every job's allocation inside ``[start, end)``, times truncated to the window."""
+        ...
+
+    def account_limits(self, account: str) -> Association | None:
+        """The account's association row as Slurm holds it now (None: no such account)."""
+        ...
+
+    def set_account_limit(self, account: str, tres: str, minutes: int | None,
+                          dry_run: bool = False) -> LimitChange:
+        """Set (``None``: remove) the account's ``GrpTRESMins`` for ``tres``; ``dry_run``
+        asks Slurm to check the change and discard it. Refusals are ``AdapterError``."""
+        ...
+
+    def cancel_job(self, job_id: int) -> None:
+        """End a pending or running job, as ``scancel <id>`` does (the idle-job policy).
+
+        A job that has already ended is not an error. Refusals are ``AdapterError``; a
+        backend without ``can_cancel`` raises one too."""
+        ...
+
+    def cannot(self, action: Action) -> str:
+        """Why this backend cannot do ``action`` as configured, in words for the page (what
+        to use instead); "" when it can. Cheap: no call to Slurm."""
+        ...
+
+    def accounted_until(self) -> datetime | None:
+        """Where this backend's accounting ends: None for a live Slurm (its reports reach the
+        last rolled-up hour); for saved output, the end of the latest saved usage report,
+        so a reconciliation asks for a window the saved reports cover."""
+        ...
+

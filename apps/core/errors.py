@@ -1,0 +1,20 @@
+"""The one error type every adapter raises (STYLE.md §2.3): in core, so every layer can catch it."""
+
+from __future__ import annotations
+
+
+class AdapterError(Exception):
+    """An external system failed or answered something we cannot use.
+
+    ``service`` names the system ("slurm", "prometheus", "kineto"); ``detail`` keeps
+    what it said (trimmed), for the run record and the page banner.
+    """
+
+    def __init__(self, message: str, *, service: str = "", detail: str = "") -> None:
+        super().__init__(message)
+        self.service = service
+        self.detail = detail[:2000]
+
+
+class TransientAdapterError(AdapterError):
+    """A failure a later retry can fix: timeouts, 503s, refused connections, daemons down."""

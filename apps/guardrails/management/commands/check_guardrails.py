@@ -1,0 +1,34 @@
+"""``manage.py check_guardrails [--cluster NAME]``: the beat's guardrail check, now.
+
+Refreshes each running GPU job's live snapshot, raises its alerts, takes the idle-job
+policy's step (``GUARDRAILS_POLICY``) and sends what is pending; prints the run's figures.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from apps.clusters.models import Cluster
+from apps.guardrails import services
+
+
+class Command(BaseCommand):
+    help = "Check running GPU jobs now: alerts to their owners and the idle-job policy."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--cluster", help="only this cluster's jobs")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        clusters = services.watched_clusters()
+        if opts["cluster"]:
+            clusters = [c for c in clusters if c.name == opts["cluster"]]
+            if not clusters:
+                known = Cluster.objects.filter(name=opts["cluster"]).exists()
+                raise CommandError(f"cluster {opts['cluster']!r} " + (
+                    "has no Prometheus (or is simulated: use guardrail_report)" if known
+                    else "does not exist"))
+        stats = services.run_checks(jobs=services.running_gpu_jobs(clusters))
+        self.stdout.write(json.dumps(stats, indent=2, sort_keys=True, default=str))

@@ -1,0 +1,129 @@
+"""Guardrail pages: "My alerts" (what each user was sent), preferences (a user's own, and
+the teams they lead), and the admins' per-job opt-out from the idle-job policy.
+
+Alerts are read through ``Alert.objects.visible_to(user)`` (own jobs; a lead's team's; all
+for admins); a job is found through ``Job.objects.visible_to`` (404 when not visible).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.views import View
+from django.views.generic import TemplateView
+
+from apps.accounts.models import Membership, Team
+from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin, lead_team_ids
+from apps.audit import services as audit
+from apps.audit.models import AuditEvent
+from apps.guardrails import policy
+from apps.guardrails.forms import ExemptJobForm, PreferenceForm, TeamSettingForm
+from apps.guardrails.models import Alert, AlertPreference, Exemption, Message, TeamAlertSetting
+from apps.jobs.models import Job
+from apps.jobs.views import HttpResponseSeeOther
+
+PAGE = 200
+
+
+class AlertListView(ActionRequiredMixin, TemplateView):
+    """The alerts raised on the user's jobs and the messages they were sent; leads may
+    switch to their teams' alerts (``?scope=team``), admins to every alert."""
+
+    template_name = "guardrails/alerts.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        user = self.request.user
+        scope = self.request.GET.get("scope", "mine")
+        alerts: QuerySet[Alert] = Alert.objects.visible_to(user).select_related(
+            "job", "job__cluster", "message")
+        if scope == "mine" or (scope == "team" and not lead_team_ids(user)
+                               and not user.is_staff):
+            scope, alerts = "mine", alerts.filter(job__user=user)
+        elif scope == "team" and not user.is_staff:
+            alerts = alerts.filter(job__team_id__in=lead_team_ids(user))
+        ctx.update(scope=scope, alerts=alerts[:PAGE], can_team=bool(lead_team_ids(user)),
+                   sent=Message.objects.visible_to(user).filter(user=user)[:50],
+                   policy_mode=policy.mode())
+        return ctx
+
+
+class PreferenceView(ActionRequiredMixin, TemplateView):
+    """A user's own alert choices, and the defaults of the teams they lead."""
+
+    template_name = "guardrails/preferences.html"
+    write_action = VIEW  # everyone edits their own choices; team forms check the lead role
+
+    def _forms(self, data: Any = None) -> tuple[PreferenceForm, list[tuple[Team, Any]]]:
+        user = self.request.user
+        pref, _ = AlertPreference.objects.get_or_create(user=user)
+        own = PreferenceForm(data, instance=pref, prefix="me")
+        teams = Team.objects.filter(pk__in=lead_team_ids(user))  # admins: the admin site
+        team_forms = []
+        for team in teams:
+            setting = TeamAlertSetting.objects.filter(team=team).first() or \
+                TeamAlertSetting(team=team)
+            team_forms.append((team, TeamSettingForm(data, instance=setting,
+                                                     prefix=f"team-{team.pk}")))
+        return own, team_forms
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        own, team_forms = kwargs.get("forms") or self._forms()
+        memberships = Membership.objects.filter(user=self.request.user).select_related("team")
+        ctx.update(form=own, team_forms=team_forms, memberships=memberships)
+        return ctx
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        own, team_forms = self._forms(request.POST)
+        which = request.POST.get("form", "me")
+        if which == "me":
+            if not own.is_valid():
+                return self.render_to_response(self.get_context_data(forms=(own, team_forms)))
+            own.save()
+        else:
+            form = next((f for t, f in team_forms if f"team-{t.pk}" == which), None)
+            if form is None:  # not a team this user leads
+                return HttpResponse(status=403)
+            if not form.is_valid():
+                return self.render_to_response(self.get_context_data(forms=(own, team_forms)))
+            form.save()
+        messages.success(request, "Saved.")
+        return HttpResponseSeeOther(reverse("guardrails-preferences"))
+
+
+class ExemptJobView(ActionRequiredMixin, View):
+    """An admin grants one job an opt-out from the idle-job policy (or withdraws it)."""
+
+    required_action = ADMIN
+    write_action = ADMIN
+
+    def post(self, request: HttpRequest, cluster: str, job_id: int) -> HttpResponse:
+        job = get_object_or_404(Job.objects.visible_to(request.user).select_related("cluster"),
+                                cluster__name=cluster, job_id=job_id)
+        url = reverse("jobs-detail", args=[cluster, job_id]) + "#guardrails"
+        if request.POST.get("withdraw"):
+            Exemption.objects.filter(kind=Exemption.Kind.JOB, value=str(job.job_id),
+                                     cluster=job.cluster).delete()
+            self._audit(request, job, "exemption withdrawn", "")
+            return HttpResponseSeeOther(url)
+        form = ExemptJobForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, "Say why the job is exempt.")
+            return HttpResponseSeeOther(url)
+        Exemption.objects.update_or_create(
+            kind=Exemption.Kind.JOB, value=str(job.job_id), cluster=job.cluster,
+            defaults={"reason": form.cleaned_data["reason"], "granted_by": request.user})
+        self._audit(request, job, "exemption granted", form.cleaned_data["reason"])
+        return HttpResponseSeeOther(url)
+
+    @staticmethod
+    def _audit(request: HttpRequest, job: Job, what: str, reason: str) -> None:
+        audit.record(AuditEvent.Action.GUARDRAIL, request=request, user=request.user,
+                     target=f"job {job.cluster.name}:{job.display_id}",
+                     details={"action": what, "reason": reason})

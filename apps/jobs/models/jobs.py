@@ -1,0 +1,427 @@
+"""Slurm jobs as Beacon stores them, and which GPU each job held when.
+
+Jobs are written only by the sync and the sacct importer (``apps/clusters/sync.py``),
+always as an upsert on (cluster, job_id).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from apps.accounts.models import Membership
+from apps.analysis.health import NodeHealth
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def visible_to(self, user: Any) -> JobQuerySet:
+        """The one visibility rule for jobs.
+
+        A researcher sees their own jobs; a lead also sees the jobs of the teams they
+        lead (what a Slurm account coordinator sees under ``PrivateData=jobs``); a
+        platform admin sees everything. Inactive and anonymous users see nothing.
+        """
+        if not getattr(user, "is_active", False) or not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self.all()
+        led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
+        return self.filter(Q(user=user) | Q(team_id__in=led))
+
+
+class Job(models.Model):
+    """One Slurm job record (an array task or a het-job component is a job of its own).
+
+    ``job_id`` is Slurm's raw id (``JobIDRaw``); ``display_id`` is what users type
+    (``4_2`` for an array task, ``7+1`` for a het component).
+    """
+
+    class State(models.TextChoices):
+        PENDING = "PENDING"
+        RUNNING = "RUNNING"
+        SUSPENDED = "SUSPENDED"
+        COMPLETING = "COMPLETING"
+        COMPLETED = "COMPLETED"
+        FAILED = "FAILED"
+        CANCELLED = "CANCELLED"
+        TIMEOUT = "TIMEOUT"
+        NODE_FAIL = "NODE_FAIL"
+        PREEMPTED = "PREEMPTED"
+        OUT_OF_MEMORY = "OUT_OF_MEMORY"
+        BOOT_FAIL = "BOOT_FAIL"
+        DEADLINE = "DEADLINE"
+        REQUEUED = "REQUEUED"
+        UNKNOWN = "UNKNOWN"
+
+    ACTIVE_STATES = ("PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "REQUEUED")
+
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE,
+                                related_name="jobs")
+    job_id = models.BigIntegerField(help_text="Slurm JobIDRaw")
+    display_id = models.CharField(max_length=64)
+    array_job_id = models.BigIntegerField(null=True, blank=True)
+    array_task_id = models.IntegerField(null=True, blank=True)
+    array_tasks_pending = models.CharField(max_length=500, blank=True)
+    het_job_id = models.BigIntegerField(null=True, blank=True)
+    het_job_offset = models.IntegerField(null=True, blank=True)
+
+    name = models.CharField(max_length=512, blank=True)
+    user_name = models.CharField(max_length=64, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                             on_delete=models.SET_NULL, related_name="jobs")
+    account = models.CharField(max_length=64, blank=True)
+    team = models.ForeignKey("accounts.Team", null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="jobs")
+    partition = models.CharField(max_length=128, blank=True)
+    qos = models.CharField(max_length=64, blank=True)
+    work_dir = models.TextField(blank=True)
+    comment = models.TextField(blank=True)
+
+    state = models.CharField(max_length=32, choices=State.choices, default=State.UNKNOWN)
+    reason = models.CharField(max_length=200, blank=True, help_text="Pending reason (live)")
+    wait_reason = models.CharField(
+        max_length=200, blank=True,
+        help_text="After start: the last pending reason Slurm kept (whose wait it was)")
+    estimated_start = models.DateTimeField(
+        null=True, blank=True, help_text="Slurm's estimate while pending (live)")
+    exit_code = models.IntegerField(null=True, blank=True)
+    exit_signal = models.IntegerField(null=True, blank=True)
+
+    submit_time = models.DateTimeField()
+    eligible_time = models.DateTimeField(null=True, blank=True)
+    start_time = models.DateTimeField(null=True, blank=True)
+    end_time = models.DateTimeField(null=True, blank=True)
+    time_limit_min = models.IntegerField(null=True, blank=True)
+
+    nodes = models.TextField(blank=True, help_text="Slurm node list expression")
+    node_count = models.IntegerField(default=0)
+    cpus = models.IntegerField(default=0)
+    memory_mb = models.BigIntegerField(default=0)
+    mem_peak_mb = models.FloatField(
+        null=True, blank=True,
+        help_text="Largest task's peak resident memory over the steps (sacct MaxRSS)")
+    gpus = models.IntegerField(default=0, help_text="Allocated gres/gpu (whole GPUs)")
+    gpu_shards = models.IntegerField(default=0, help_text="Allocated gres/shard")
+    gpu_equivalent = models.FloatField(default=0, help_text="GPUs, counting shards by fraction")
+    gpu_types = models.JSONField(default=dict, blank=True, help_text='{"h100": 8}')
+    tres_alloc = models.TextField(blank=True, help_text="Allocated TRES as Slurm prints them")
+    labels = models.JSONField(default=dict, blank=True)
+    sync_hash = models.CharField(
+        max_length=32, blank=True, editable=False,
+        help_text="Digest of the accounting record last written: unchanged records are skipped")
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submit_time", "-id"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "job_id"], name="job_unique")]
+        indexes = [
+            # keyset pagination for "my jobs", "team jobs" and "all jobs"
+            models.Index(fields=["user", "-submit_time", "-id"], name="job_user_submit"),
+            models.Index(fields=["team", "-submit_time", "-id"], name="job_team_submit"),
+            # one state in a scope ("my running jobs", "my team's pending jobs"): rare states
+            # would otherwise scan the whole scope by time (docs/joblist.md)
+            models.Index(fields=["user", "state", "-submit_time", "-id"],
+                         name="job_user_state_submit"),
+            models.Index(fields=["team", "state", "-submit_time", "-id"],
+                         name="job_team_state_submit"),
+            models.Index(fields=["-submit_time", "-id"], name="job_submit"),
+            models.Index(fields=["cluster", "array_job_id"], name="job_array"),
+            models.Index(fields=["cluster", "state"], name="job_state"),
+            # and on PostgreSQL a trigram index on UPPER(name) for the name search
+            # (migration 0008: an extension, so not declared here)
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id}:{self.display_id}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in self.ACTIVE_STATES
+
+    @property
+    def queue_wait(self) -> timedelta | None:
+        """Time from eligible (or submit) to start."""
+        ready = self.eligible_time or self.submit_time
+        if self.start_time:
+            return max(self.start_time - ready, timedelta(0))
+        return None
+
+    @property
+    def run_time(self) -> timedelta | None:
+        if not self.start_time:
+            return None
+        from django.utils import timezone
+
+        end = self.end_time or timezone.now()
+        return max(end - self.start_time, timedelta(0))
+
+    @property
+    def gpu_hours(self) -> float:
+        """Allocated GPU-hours, from Slurm's allocation and elapsed time."""
+        run = self.run_time
+        return self.gpu_equivalent * run.total_seconds() / 3600 if run else 0.0
+
+    def gpu_hours_until(self, now: datetime) -> float:
+        """Allocated GPU-hours up to ``now`` (or the job's end): Slurm's, never sampled."""
+        if not self.start_time:
+            return 0.0
+        end = self.end_time if self.end_time and not self.is_active else now
+        return self.gpu_equivalent * max((end - self.start_time).total_seconds(), 0) / 3600
+
+    @property
+    def exit_text(self) -> str:
+        """``3:0`` as sacct prints it (exit code : signal)."""
+        if self.exit_code is None and self.exit_signal is None:
+            return ""
+        return f"{self.exit_code or 0}:{self.exit_signal or 0}"
+
+
+class JobGpuQuerySet(models.QuerySet["JobGpu"]):
+    def visible_to(self, user: Any) -> JobGpuQuerySet:
+        return self.filter(job__in=Job.objects.visible_to(user))
+
+
+class JobGpu(models.Model):
+    """A GPU held by a job over an interval: binds telemetry to jobs without job labels.
+
+    Filled from ``scontrol show job -d`` while a job runs, or from prolog mapping files.
+    ``end`` is null while the job still holds the GPU.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="gpus_held")
+    node = models.ForeignKey("clusters.Node", on_delete=models.CASCADE, related_name="job_gpus")
+    gpu_index = models.PositiveSmallIntegerField()
+    gpu_uuid = models.CharField(max_length=64, blank=True)
+    start = models.DateTimeField()
+    end = models.DateTimeField(null=True, blank=True)
+
+    objects = JobGpuQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["node", "gpu_index", "start"]
+        constraints = [models.UniqueConstraint(fields=["job", "node", "gpu_index", "start"],
+                                               name="jobgpu_unique")]
+        indexes = [models.Index(fields=["node", "gpu_index", "start"], name="jobgpu_node_time")]
+
+    def __str__(self) -> str:
+        return f"{self.job} on {self.node.name}:{self.gpu_index}"
+
+
+# --- Stored metrics (the job archive) -------------------------------------------------
+
+
+class JobMetrics(models.Model):
+    """A job's stored GPU metrics: the job-level answer and the state of its archive.
+
+    Written only by ``apps/jobs/archive.py``. ``status`` says how far the archive got:
+    ``pending`` rows exist only to carry a refresh request or the last error; ``live``
+    is a snapshot of a running job; ``partial`` is a finished job whose answer came with
+    Prometheus warnings (partial data): it is fetched again later, and after
+    ``archive.PARTIAL_ATTEMPTS`` such answers stored final with the warnings kept;
+    ``complete`` and ``no_data`` are final (no data means the job's GPUs had no series:
+    nothing is shown as measured).
+    Hours are Slurm's allocation split by the measured weighting.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        LIVE = "live"
+        PARTIAL = "partial"
+        COMPLETE = "complete"
+        NO_DATA = "no_data"
+
+    class StragglerStatus(models.TextChoices):
+        FOUND = "found"
+        NONE = "none", "no straggler"
+        UNDETERMINED = "undetermined", "cannot be determined"
+        NOT_APPLICABLE = "not_applicable", "not applicable"
+
+    FINAL = ("complete", "no_data")
+    # Statuses whose hours and split are shown and counted (live and partial: provisional)
+    MEASURED = ("live", "partial", "complete")
+
+    job = models.OneToOneField(Job, on_delete=models.CASCADE, related_name="metrics")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    source = models.CharField(max_length=16, blank=True, help_text="prometheus or openmetrics")
+    binding = models.CharField(max_length=8, blank=True, help_text="label (hpc_job) or host")
+    measure = models.CharField(max_length=24, blank=True, help_text="activity measure used")
+    window_start = models.DateTimeField(null=True, blank=True)
+    window_end = models.DateTimeField(null=True, blank=True)
+    step_s = models.FloatField(default=0, help_text="seconds per stored point")
+    points = models.PositiveSmallIntegerField(default=0)
+    allocated_gpu_hours = models.FloatField(default=0)
+    useful_hours = models.FloatField(default=0)
+    waiting_hours = models.FloatField(default=0)
+    held_idle_hours = models.FloatField(default=0)
+    no_process_hours = models.FloatField(default=0)
+    coverage = models.FloatField(default=0, help_text="measured / allocated GPU-time")
+    means = models.JSONField(default=dict, blank=True)
+    verdict = models.TextField(blank=True)
+    gpus_missing = models.JSONField(default=list, blank=True)
+    warnings = models.JSONField(default=list, blank=True)
+    partial_attempts = models.PositiveSmallIntegerField(
+        default=0, help_text="answers in a row for the finished job that carried warnings")
+    computed_at = models.DateTimeField(null=True, blank=True)
+    refresh_requested_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    useful_fraction = models.FloatField(
+        null=True, blank=True, help_text="useful / allocated GPU-hours (the efficiency band)")
+    # Hardware trouble during the job, for the job-success SLO (apps/slo): None = not measured
+    xid_gpus = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="GPUs that reported a hardware XID during the job")
+    ecc_dbe = models.IntegerField(
+        null=True, blank=True, help_text="uncorrectable ECC errors over the job's GPUs")
+    # The straggler verdict from telemetry (apps/analysis/stragglers.py, docs/stragglers.md)
+    straggler_status = models.CharField(max_length=16, choices=StragglerStatus.choices,
+                                        blank=True)
+    straggler_confidence = models.CharField(max_length=8, blank=True)
+    straggler_summary = models.TextField(blank=True)
+    straggler_detail = models.JSONField(
+        default=dict, blank=True,
+        help_text='{"stragglers": [...], "waiting_gpus": [...], "reasons": [...], '
+                  '"limits": [...], "evidence": [...]}')
+
+    class Meta:
+        verbose_name_plural = "job metrics"
+        indexes = [models.Index(fields=["status"], name="jobmetrics_status")]
+
+    def __str__(self) -> str:
+        return f"metrics of {self.job_id} ({self.status})"
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in self.FINAL
+
+    @property
+    def has_data(self) -> bool:
+        return self.status in self.MEASURED and bool(self.measure)
+
+    @property
+    def refreshing(self) -> bool:
+        """A refresh was asked for after the last result and the last error (and recently:
+        a request no worker picked up within 10 minutes stops the page polling)."""
+        from django.utils import timezone
+
+        asked = self.refresh_requested_at
+        if asked is None or timezone.now() - asked > timedelta(minutes=10):
+            return False
+        done = [t for t in (self.computed_at, self.last_error_at) if t is not None]
+        return not done or asked > max(done)
+
+
+class JobMetricSummary(models.Model):
+    """One GPU of one job: activity statistics, the time split, and a compact series.
+
+    ``series`` holds about 300 down-sampled points per channel (``apps/analysis/compact``):
+    a few KB per GPU-job, so months of jobs stay queryable after Prometheus' retention.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metric_summaries")
+    host = models.CharField(max_length=128)
+    gpu_index = models.PositiveSmallIntegerField()
+    gpu_uuid = models.CharField(max_length=64, blank=True)
+    measure = models.CharField(max_length=24)
+    measured_s = models.FloatField()
+    mean = models.FloatField()
+    p5 = models.FloatField()
+    p50 = models.FloatField()
+    p95 = models.FloatField()
+    idle_fraction = models.FloatField()
+    useful = models.FloatField()
+    waiting = models.FloatField()
+    held_idle = models.FloatField()
+    no_process = models.FloatField()
+    util_mean = models.FloatField(null=True, blank=True)
+    tensor_mean = models.FloatField(null=True, blank=True)
+    fb_used_mib = models.FloatField(null=True, blank=True)
+    power_w = models.FloatField(null=True, blank=True)
+    waiting_with_traffic = models.FloatField(null=True, blank=True)
+    # Health and traffic (apps/analysis/health.py): None where the series was not collected
+    occupancy_mean = models.FloatField(null=True, blank=True)
+    fp64_mean = models.FloatField(null=True, blank=True)
+    dram_mean = models.FloatField(null=True, blank=True)
+    temp_mean = models.FloatField(null=True, blank=True, help_text="°C")
+    temp_max = models.FloatField(null=True, blank=True, help_text="°C")
+    sm_clock_busy = models.FloatField(null=True, blank=True, help_text="MHz while busy")
+    thermal_share = models.FloatField(null=True, blank=True)
+    power_share = models.FloatField(null=True, blank=True)
+    hw_slowdown_share = models.FloatField(null=True, blank=True)
+    xids = models.JSONField(default=list, blank=True, help_text="XID codes seen")
+    ecc_sbe = models.IntegerField(null=True, blank=True)
+    ecc_dbe = models.IntegerField(null=True, blank=True)
+    nvlink_bps = models.FloatField(null=True, blank=True)
+    pcie_rx_bps = models.FloatField(null=True, blank=True)
+    pcie_tx_bps = models.FloatField(null=True, blank=True)
+    straggler = models.BooleanField(default=False, help_text="named by the straggler verdict")
+    slowdown = models.FloatField(null=True, blank=True, help_text="0.5: 50 % slower per step")
+    series = models.BinaryField(blank=True, default=b"")
+
+    class Meta:
+        ordering = ["job", "host", "gpu_index"]
+        constraints = [models.UniqueConstraint(fields=["job", "host", "gpu_index"],
+                                               name="jobmetricsummary_unique")]
+        indexes = [
+            # "a GPU slow across several jobs": straggler verdicts by physical GPU
+            models.Index(fields=["gpu_uuid"], condition=Q(straggler=True),
+                         name="jobmetricsummary_straggler"),
+            models.Index(fields=["host", "gpu_index"], condition=Q(straggler=True),
+                         name="jobmetricsummary_strag_host"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.host}:{self.gpu_index}"
+
+
+
+class JobNodeMetrics(models.Model):
+    """One node of one job: CPU, memory, InfiniBand, Ethernet and file-system traffic, errors.
+
+    Node-shared: every job on the node sees the same numbers (node_exporter has no job
+    label), so pages mark these charts as such. Written only by ``apps/jobs/archive.py``.
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="node_metrics")
+    host = models.CharField(max_length=128)
+    cpu_busy = models.FloatField(null=True, blank=True,
+                                 help_text="mean share of the node's CPU time not idle")
+    mem_used_bytes = models.FloatField(null=True, blank=True,
+                                       help_text="peak memory in use (MemTotal - MemAvailable)")
+    ib_tx_bps = models.FloatField(null=True, blank=True)
+    ib_rx_bps = models.FloatField(null=True, blank=True)
+    ib_wait_per_s = models.FloatField(null=True, blank=True,
+                                      help_text="transmit-wait ticks per second")
+    ib_errors = models.FloatField(null=True, blank=True,
+                                  help_text="link error recoveries and downs in the job")
+    ib_rate_min_bps = models.FloatField(null=True, blank=True,
+                                        help_text="slowest port's line rate")
+    ib_rate_max_bps = models.FloatField(null=True, blank=True)
+    net_tx_bps = models.FloatField(null=True, blank=True)
+    net_rx_bps = models.FloatField(null=True, blank=True)
+    fs_read_bps = models.FloatField(null=True, blank=True,
+                                    help_text="network file-system bytes read per second (NFS)")
+    fs_write_bps = models.FloatField(null=True, blank=True)
+    series = models.BinaryField(blank=True, default=b"")
+
+    class Meta:
+        ordering = ["job", "host"]
+        verbose_name_plural = "job node metrics"
+        constraints = [models.UniqueConstraint(fields=["job", "host"],
+                                               name="jobnodemetrics_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.host}"
+
+    @property
+    def ib_degraded(self) -> bool:
+        """One InfiniBand port runs slower than the node's fastest (the rule in health.py)."""
+        return NodeHealth(self.host, ib_rate_min_bps=self.ib_rate_min_bps,
+                          ib_rate_max_bps=self.ib_rate_max_bps).ib_degraded

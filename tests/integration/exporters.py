@@ -1,0 +1,360 @@
+"""Real exporters for integration tests, scraped by a real Prometheus (issue 17).
+
+- :class:`SyntheticNode`: a ``/sys`` and ``/proc`` tree that Debian's node_exporter reads
+  (``deploy/dev/node-exporter.sh`` with ``--path.sysfs``/``--path.procfs``): InfiniBand
+  devices and ports with every counter file node_exporter 1.5 reads, both directions; a
+  network interface (``/proc/net/dev``), CPUs (``/proc/stat``) and memory. Counters grow
+  at rates the test sets and can be reset; every file is replaced atomically.
+- :class:`DcgmEndpoint`: a ``/metrics`` HTTP server in dcgm-exporter 4.x's exact text
+  (names, ``# HELP``/``# TYPE``, label order ``gpu, UUID, pci_bus_id, device, modelName,
+  [GPU_I_PROFILE, GPU_I_ID], Hostname, DCGM_FI_DRIVER_VERSION, [hpc_job]``), with the
+  ``hpc_job`` label appearing and disappearing as the test starts and ends jobs.
+- :func:`scraping_prometheus`: a private Prometheus (``deploy/dev/prometheus.sh`` with a
+  generated ``PROM_CONFIG``) on a free loopback port that scrapes them every second, with
+  the site's rules loaded; ``instance`` is relabelled to ``<host>:<port>`` as sites do.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
+
+from tests.integration.services import require
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_SCRIPT = ROOT / "deploy" / "dev" / "node-exporter.sh"
+PROM_SCRIPT = ROOT / "deploy" / "dev" / "prometheus.sh"
+RULES = ROOT / "deploy" / "prometheus" / "rules"
+USER_HZ = 100  # /proc/stat ticks per second, as node_exporter assumes
+
+# Every file under ports/<n>/counters that node_exporter 1.5 (procfs 0.8) reads.
+IB_COUNTERS = (
+    "excessive_buffer_overrun_errors", "link_downed", "link_error_recovery",
+    "local_link_integrity_errors", "multicast_rcv_packets", "multicast_xmit_packets",
+    "port_rcv_constraint_errors", "port_rcv_data", "port_rcv_discards", "port_rcv_errors",
+    "port_rcv_packets", "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors",
+    "port_xmit_constraint_errors", "port_xmit_data", "port_xmit_discards",
+    "port_xmit_packets", "port_xmit_wait", "symbol_error", "unicast_rcv_packets",
+    "unicast_xmit_packets", "VL15_dropped",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace ``path`` atomically: the exporter never reads half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+@dataclass
+class SyntheticNode:
+    """One node's synthetic ``sys`` and ``proc`` trees under ``root``.
+
+    ``ib_bps[(device, port)] = (rx, tx)`` bytes per second; ``cpu_busy`` the share of each
+    of ``cores`` CPUs busy; ``net_bps = (rx, tx)`` on ``eth0``. :meth:`tick` advances every
+    counter by the time since the last tick at the current rates.
+    """
+
+    root: Path
+    devices: tuple[str, ...] = ("mlx5_0", "mlx5_1")
+    ports: tuple[str, ...] = ("1", "2")
+    cores: int = 4
+    ib_bps: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    cpu_busy: float = 0.25
+    net_bps: tuple[float, float] = (1e6, 2e6)
+    mem: tuple[int, int] = (256 << 30, 200 << 30)  # total, available (bytes)
+    counters: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    cpu: list[list[float]] = field(default_factory=list)  # per core: user, idle ticks
+    net: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    last: float | None = None
+
+    @property
+    def sysfs(self) -> Path:
+        return self.root / "sys"
+
+    @property
+    def procfs(self) -> Path:
+        return self.root / "proc"
+
+    def create(self) -> None:
+        for device in self.devices:
+            base = self.sysfs / "class" / "infiniband" / device
+            for name, value in (("board_id", "MT_0000000223"), ("fw_ver", "28.39.1002"),
+                                ("hca_type", "MT4129")):
+                _write(base / name, value + "\n")
+            for port in self.ports:
+                _write(base / "ports" / port / "state", "4: ACTIVE\n")
+                _write(base / "ports" / port / "phys_state", "5: LinkUp\n")
+                _write(base / "ports" / port / "rate", "400 Gb/sec (4X NDR)\n")
+                for counter in IB_COUNTERS:
+                    self.counters[(device, port, counter)] = 0.0
+        self.cpu = [[0.0, 0.0] for _ in range(self.cores)]
+        self.last = time.time()
+        self._flush()
+
+    def bump(self, device: str, port: str, counter: str, by: float) -> None:
+        """Add ``by`` to one counter now (an error burst)."""
+        self.counters[(device, port, counter)] += by
+        self._flush()
+
+    def reset(self, device: str, port: str, counter: str, value: float = 0.0) -> None:
+        """A counter restarts (driver reload, HCA reset): a smaller value than before."""
+        self.counters[(device, port, counter)] = value
+        self._flush()
+
+    def tick(self) -> None:
+        now = time.time()
+        dt = now - (self.last or now)
+        self.last = now
+        for (device, port), (rx, tx) in self.ib_bps.items():
+            # port_rcv_data / port_xmit_data count 4-byte words; node_exporter multiplies by 4
+            self.counters[(device, port, "port_rcv_data")] += rx * dt / 4
+            self.counters[(device, port, "port_xmit_data")] += tx * dt / 4
+            self.counters[(device, port, "port_rcv_packets")] += rx * dt / 4096
+            self.counters[(device, port, "port_xmit_packets")] += tx * dt / 4096
+        for core in self.cpu:
+            core[0] += self.cpu_busy * dt * USER_HZ
+            core[1] += (1 - self.cpu_busy) * dt * USER_HZ
+        self.net[0] += self.net_bps[0] * dt
+        self.net[1] += self.net_bps[1] * dt
+        self._flush()
+
+    def _flush(self) -> None:
+        for (device, port, counter), value in self.counters.items():
+            path = self.sysfs / "class" / "infiniband" / device / "ports" / port / "counters"
+            _write(path / counter, f"{int(value)}\n")
+        self._flush_proc()
+
+    def _flush_proc(self) -> None:
+        total = [sum(c[0] for c in self.cpu), sum(c[1] for c in self.cpu)]
+        lines = [f"cpu  {int(total[0])} 0 0 {int(total[1])} 0 0 0 0 0 0"]
+        lines += [f"cpu{i} {int(u)} 0 0 {int(idle)} 0 0 0 0 0 0"
+                  for i, (u, idle) in enumerate(self.cpu)]
+        lines += ["intr 0", "ctxt 0", "btime 1790000000", "processes 1", "procs_running 1",
+                  "procs_blocked 0", "softirq 0 0 0 0 0 0 0 0 0 0 0"]
+        _write(self.procfs / "stat", "\n".join(lines) + "\n")
+        rx, tx = (int(v) for v in self.net)
+        _write(self.procfs / "net" / "dev", (
+            "Inter-|   Receive                                                |  Transmit\n"
+            " face |bytes    packets errs drop fifo frame compressed multicast|bytes    "
+            "packets errs drop fifo colls carrier compressed\n"
+            f"    lo: {rx} {rx // 1500} 0 0 0 0 0 0 {rx} {rx // 1500} 0 0 0 0 0 0\n"
+            f"  eth0: {rx} {rx // 1500} 0 0 0 0 0 0 {tx} {tx // 1500} 0 0 0 0 0 0\n"))
+        total_kb, available_kb = self.mem[0] >> 10, self.mem[1] >> 10
+        _write(self.procfs / "meminfo", f"MemTotal:       {total_kb} kB\n"
+                                        f"MemFree:        {available_kb} kB\n"
+                                        f"MemAvailable:   {available_kb} kB\n")
+
+
+@contextmanager
+def node_exporter(node: SyntheticNode, run_dir: Path) -> Iterator[int]:
+    """Debian's node_exporter on a free loopback port over ``node``'s trees."""
+    port = free_port()
+    env = {**os.environ, "NODE_EXPORTER_PORT": str(port), "NODE_EXPORTER_SYSFS": str(node.sysfs),
+           "NODE_EXPORTER_PROCFS": str(node.procfs), "NODE_EXPORTER_DIR": str(run_dir)}
+    done = subprocess.run([str(NODE_SCRIPT), "up"], env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    require(done.returncode == 0 or "missing" not in done.stderr, "node_exporter",
+            f"{NODE_SCRIPT.relative_to(ROOT)} up (as root it installs the Debian package)")
+    assert done.returncode == 0, done.stderr or done.stdout
+    try:
+        yield port
+    finally:
+        subprocess.run([str(NODE_SCRIPT), "down"], env=env, capture_output=True, timeout=60,
+                       check=False)
+
+
+# --- dcgm-exporter ---------------------------------------------------------------------
+
+# (name, type, help) as dcgm-exporter's default-counters.csv and Beacon's collectors file
+DCGM_FIELDS = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
+     "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_SM_ACTIVE", "gauge",
+     "The ratio of cycles an SM has at least 1 warp assigned."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge",
+     "Ratio of cycles the tensor (HMMA) pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
+     "Ratio of cycles the device memory interface is active sending or receiving data."),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus - "
+                                            "including both protocol headers and data payloads"
+                                            " - in bytes per second."),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus - "
+                                            "including both protocol headers and data payloads"
+                                            " - in bytes per second."),
+)
+DRIVER = "550.54.15"
+MODEL = "NVIDIA H100 80GB HBM3"
+
+
+@dataclass
+class Gpu:
+    """One GPU (or MIG instance, with ``mig=(profile, id)``) and what it reports now."""
+
+    index: int
+    uuid: str
+    util: float = 0.0
+    fb_used: float = 0.0
+    power: float = 70.0
+    tensor: float = 0.0
+    jobs: list[str] = field(default_factory=list)  # hpc_job labels: one copy per job
+    mig: tuple[str, str] | None = None
+    energy: float = 0.0
+
+    def values(self) -> dict[str, float]:
+        busy = self.util / 100
+        return {"DCGM_FI_DEV_SM_CLOCK": 1980.0 if busy else 345.0,
+                "DCGM_FI_DEV_GPU_TEMP": 35.0 + 40 * busy, "DCGM_FI_DEV_POWER_USAGE": self.power,
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": self.energy,
+                "DCGM_FI_DEV_GPU_UTIL": self.util, "DCGM_FI_DEV_XID_ERRORS": 0.0,
+                "DCGM_FI_DEV_FB_FREE": 81559.0 - self.fb_used, "DCGM_FI_DEV_FB_USED": self.fb_used,
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE": busy, "DCGM_FI_PROF_SM_ACTIVE": busy * 0.9,
+                "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": self.tensor,
+                "DCGM_FI_PROF_DRAM_ACTIVE": busy * 0.4,
+                "DCGM_FI_PROF_PCIE_TX_BYTES": 1e8 * busy, "DCGM_FI_PROF_PCIE_RX_BYTES": 2e8 * busy}
+
+
+class DcgmEndpoint:
+    """dcgm-exporter's ``/metrics`` for one host, served on a free loopback port."""
+
+    def __init__(self, host: str, gpus: Sequence[Gpu], host_label: str = "Hostname") -> None:
+        self.host, self.host_label, self.gpus = host, host_label, list(gpus)
+        self.lock = threading.Lock()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] != "/metrics":
+                    self.send_error(404)
+                    return
+                body = endpoint.render().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> DcgmEndpoint:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def render(self) -> str:
+        with self.lock:
+            out = []
+            for name, kind, help_text in DCGM_FIELDS:
+                out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+                for gpu in self.gpus:
+                    value = gpu.values()[name]
+                    for job in gpu.jobs or [None]:
+                        out.append(f"{name}{{{self._labels(gpu, job)}}} {value:f}")
+            return "\n".join(out) + "\n"
+
+    def _labels(self, gpu: Gpu, job: str | None) -> str:
+        parts = [("gpu", str(gpu.index)), ("UUID", gpu.uuid),
+                 ("pci_bus_id", f"00000000:{0x18 + 0x10 * gpu.index:02X}:00.0"),
+                 ("device", f"nvidia{gpu.index}"), ("modelName", MODEL)]
+        if gpu.mig:
+            parts += [("GPU_I_PROFILE", gpu.mig[0]), ("GPU_I_ID", gpu.mig[1])]
+        parts += [(self.host_label, self.host), ("DCGM_FI_DRIVER_VERSION", DRIVER)]
+        if job:
+            parts.append(("hpc_job", job))
+        return ",".join(f'{k}="{v}"' for k, v in parts)
+
+    def update(self, index: int, mig: str | None = None, **values: object) -> None:
+        """Set what a GPU (or one MIG instance of it) reports from now on."""
+        with self.lock:
+            for gpu in self.gpus:
+                if gpu.index == index and (mig is None or (gpu.mig and gpu.mig[1] == mig)):
+                    for key, value in values.items():
+                        setattr(gpu, key, value)
+
+
+# --- Prometheus ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """A scrape target: the exporter's loopback port and the node it stands for."""
+
+    job: str
+    port: int
+    host: str
+    node_port: int  # the port the site's ``instance`` label names (9100, 9400)
+
+
+def prometheus_config(targets: Sequence[Target], scrape_interval: str = "1s",
+                      rule_files: Sequence[Path] = ()) -> dict[str, object]:
+    jobs: dict[str, list[Target]] = {}
+    for target in targets:
+        jobs.setdefault(target.job, []).append(target)
+    return {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval,
+                   "scrape_timeout": scrape_interval},
+        "rule_files": [str(p) for p in rule_files],
+        "scrape_configs": [{
+            "job_name": job,
+            "static_configs": [{"targets": [f"127.0.0.1:{t.port}"],
+                                "labels": {"__beacon_instance": f"{t.host}:{t.node_port}"}}
+                               for t in items],
+            # As sites do: the instance names the node, not the address scraped.
+            "relabel_configs": [{"source_labels": ["__beacon_instance"],
+                                 "target_label": "instance"}],
+        } for job, items in jobs.items()],
+    }
+
+
+@contextmanager
+def scraping_prometheus(targets: Sequence[Target], workdir: Path,
+                        rule_files: Sequence[Path] = ()) -> Iterator[str]:
+    """A private Prometheus scraping ``targets`` every second; yields its URL."""
+    config = workdir / "prometheus.yml"
+    config.write_text(yaml.safe_dump(prometheus_config(targets, rule_files=rule_files)))
+    port = free_port()
+    env = {**os.environ, "PROM_PORT": str(port), "PROM_DIR": str(workdir / "prometheus"),
+           "PROM_CONFIG": str(config)}
+    done = subprocess.run([str(PROM_SCRIPT), "up"], env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    require(done.returncode == 0 or "missing" not in done.stderr, "Prometheus",
+            f"{PROM_SCRIPT.relative_to(ROOT)} up (as root it installs the Debian package)")
+    assert done.returncode == 0, done.stderr or done.stdout
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        subprocess.run([str(PROM_SCRIPT), "down"], env=env, capture_output=True, timeout=60,
+                       check=False)
