@@ -112,13 +112,13 @@ def series_lines(rows: Sequence[tuple[str, Sequence[float | None]]], start: floa
              "line": {"width": 3 if label in highlight else 1.2},
              "hovertemplate": f"{label} %{{x}}<br>%{{y:.3~f}} {unit}<extra></extra>"}
             for label, values in rows]
-    layout = {**_LAYOUT, "height": 240, "margin": {**_LAYOUT["margin"], "t": 36},
-              "title": _title(title, scope),
-              "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
-              "showlegend": len(rows) <= 16, "legend": {"font": {"size": 10}}}
-    shown = len(rows) <= 16  # up to 16 entries, in rows of about 8
-    return {"data": data, "layout": legend_below(layout, rows=(len(rows) + 7) // 8)
-            if shown else layout}
+    # The legend stays at the right, clear of both axis titles: grouped by node, Plotly stacks
+    # a group's entries even in a horizontal legend, so below the plot it would not fit.
+    return {"data": data, "layout": {
+        **_LAYOUT, "height": 240, "margin": {**_LAYOUT["margin"], "t": 36},
+        "title": _title(title, scope),
+        "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
+        "showlegend": len(rows) <= 16, "legend": {"font": {"size": 10}}}}
 
 
 def _per_node_means(rows: Sequence[tuple[str, Sequence[float | None]]]
