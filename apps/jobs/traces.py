@@ -210,13 +210,30 @@ def import_uploads(job: Job, files: Sequence[UploadedFile]) -> TraceRun:
                             f"per upload")
     limit = settings.TRACE_MAX_FILE_MB * MIB
     with tempfile.TemporaryDirectory(prefix="beacon-trace-") as folder:
+        saved: dict[str, str] = {}
         for number, upload in enumerate(files):
             if upload.size is not None and upload.size > limit:
                 raise AdapterError(f"trace file {upload.name} is {upload.size / MIB:.1f} MiB, "
                                    f"over the limit of {settings.TRACE_MAX_FILE_MB} MiB per "
                                    f"trace file", service="kineto")
-            _save(upload, Path(folder) / f"{number:05d}-{_safe_name(upload.name)}")
-        return import_trace(job, [Path(folder)])
+            path = Path(folder) / f"{number:05d}-{_safe_name(upload.name)}"
+            _save(upload, path)
+            saved[str(path)] = _safe_name(upload.name)
+        try:
+            return import_trace(job, [Path(folder)])
+        except AdapterError as exc:
+            raise type(exc)(_without_paths(str(exc), folder, saved), service=exc.service,
+                            detail=_without_paths(exc.detail, folder, saved)) from None
+        except TraceAnalysisError as exc:
+            raise TraceAnalysisError(_without_paths(str(exc), folder, saved)) from None
+
+
+def _without_paths(message: str, folder: str, saved: dict[str, str]) -> str:
+    """The uploader's file names in place of the server's temporary paths: a message about
+    an upload names what the person chose, never where the server kept it."""
+    for path, name in sorted(saved.items(), key=lambda item: -len(item[0])):
+        message = message.replace(path, name)
+    return message.replace(folder + "/", "").replace(folder, "the upload")
 
 
 def _save(upload: UploadedFile, path: Path) -> None:
