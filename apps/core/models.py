@@ -34,6 +34,9 @@ class TaskRun(models.Model):
         QUEUED = "queued"
         RUNNING = "running"
         SUCCEEDED = "succeeded"
+        # finished, but a source or measure it was asked to read failed: ``error`` says
+        # which (the query and the service's own error text), ``stats`` what was read
+        PARTIAL = "partial"
         FAILED = "failed"
 
     kind = models.CharField(max_length=64, db_index=True)

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 def tracked_run(kind: str, cluster: Cluster | None = None, target: str = "") -> Iterator[TaskRun]:
     """Create a running TaskRun, yield it, then finish it.
 
-    The body may fill ``run.stats``; it is saved with the final status. An exception
-    marks the run failed with its traceback and is re-raised, so Celery's retry logic
-    still sees it. The row is written outside any transaction of the body, so a
-    rolled-back sync still leaves its failed run behind.
+    The body may fill ``run.stats``; it is saved with the final status. A body that read
+    only part of what it was asked to calls :func:`mark_partial` (the run ends
+    ``partial`` with the reason, not ``succeeded``). An exception marks the run failed
+    with its traceback and is re-raised, so Celery's retry logic still sees it. The row is
+    written outside any transaction of the body, so a rolled-back sync still leaves its
+    failed run behind.
     """
     run = TaskRun.objects.create(
         kind=kind, cluster=cluster, target=target[:200],
@@ -36,6 +38,14 @@ def tracked_run(kind: str, cluster: Cluster | None = None, target: str = "") -> 
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "error", "finished_at", "stats"])
         raise
-    run.status = TaskRun.Status.SUCCEEDED
+    if run.status != TaskRun.Status.PARTIAL:
+        run.status = TaskRun.Status.SUCCEEDED
     run.finished_at = timezone.now()
-    run.save(update_fields=["status", "finished_at", "stats"])
+    run.save(update_fields=["status", "error", "finished_at", "stats"])
+
+
+def mark_partial(run: TaskRun, problems: list[str]) -> None:
+    """End ``run`` as partial (when its body returns) with ``problems`` as its error."""
+    if problems:
+        run.status = TaskRun.Status.PARTIAL
+        run.error = "\n".join(problems)[:20000]

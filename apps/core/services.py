@@ -12,7 +12,7 @@ from apps.core.models import TaskRun
 def prune_task_runs(keep_days: int) -> int:
     """Delete finished run records older than ``keep_days``. Returns how many went."""
     cutoff = timezone.now() - timedelta(days=keep_days)
-    finished = [TaskRun.Status.SUCCEEDED, TaskRun.Status.FAILED]
+    finished = [TaskRun.Status.SUCCEEDED, TaskRun.Status.PARTIAL, TaskRun.Status.FAILED]
     deleted, _ = TaskRun.objects.filter(created_at__lt=cutoff, status__in=finished).delete()
     return deleted
 

@@ -213,8 +213,8 @@ def _team_digests(team: Team, items: list[JobAdvice], monday: date, now: datetim
         return 0
     sent = 0
     subject, body = team_digest_text(team, items, monday)
-    for m in Membership.objects.filter(team=team, role=Membership.Role.LEAD).select_related(
-            "user"):
+    for m in Membership.objects.filter(team=team, role=Membership.Role.LEAD,
+                                       user__is_active=True).select_related("user"):
         if _claim(Digest.Kind.TEAM, m.user, team, monday, items) is None:
             continue
         message = send_notice(Message.Kind.TEAM_DIGEST, m.user, subject, body, now)

@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from itertools import zip_longest
 from typing import Any
 
+from apps.core.figures import legend_below
+
 Figure = dict[str, Any]
 
 SPLIT_COLOURS = {"useful": "#1a7f37", "waiting": "#b35900", "held_idle": "#c62828",
@@ -49,11 +51,9 @@ def split_bar(hours: Mapping[str, float]) -> Figure:
              "x": [round(hours.get(k, 0.0), 2)], "marker": {"color": SPLIT_COLOURS[k]},
              "hovertemplate": f"{SPLIT_LABELS[k]}: %{{x:.1f}} GPU-h<extra></extra>"}
             for k in SPLIT_LABELS]
-    return {"data": data, "layout": {**_LAYOUT, "height": 170, "barmode": "stack",
-                                     "margin": {**_LAYOUT["margin"], "l": 20},
-                                     "title": _title("Allocated GPU-hours by use"),
-                                     "yaxis": {"showticklabels": False},
-                                     "legend": {"orientation": "h", "y": -0.4}}}
+    return {"data": data, "layout": legend_below({
+        **_LAYOUT, "height": 140, "barmode": "stack", "margin": {**_LAYOUT["margin"], "l": 20},
+        "title": _title("Allocated GPU-hours by use"), "yaxis": {"showticklabels": False}})}
 
 
 def gpu_heatmap(rows: Sequence[tuple[str, Sequence[float | None]]], start: float, step: float,
@@ -112,11 +112,13 @@ def series_lines(rows: Sequence[tuple[str, Sequence[float | None]]], start: floa
              "line": {"width": 3 if label in highlight else 1.2},
              "hovertemplate": f"{label} %{{x}}<br>%{{y:.3~f}} {unit}<extra></extra>"}
             for label, values in rows]
-    return {"data": data, "layout": {
-        **_LAYOUT, "height": 240, "margin": {**_LAYOUT["margin"], "t": 36},
-        "title": _title(title, scope),
-        "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
-        "showlegend": len(rows) <= 16, "legend": {"font": {"size": 10}}}}
+    layout = {**_LAYOUT, "height": 240, "margin": {**_LAYOUT["margin"], "t": 36},
+              "title": _title(title, scope),
+              "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
+              "showlegend": len(rows) <= 16, "legend": {"font": {"size": 10}}}
+    shown = len(rows) <= 16  # up to 16 entries, in rows of about 8
+    return {"data": data, "layout": legend_below(layout, rows=(len(rows) + 7) // 8)
+            if shown else layout}
 
 
 def _per_node_means(rows: Sequence[tuple[str, Sequence[float | None]]]
@@ -177,11 +179,11 @@ def waiting_bars(rows: Sequence[tuple[str, float, float]], stragglers: Sequence[
          "y": [round(c * 100, 1) for _, c, _ in rows], "marker": {"color": "#1a7f37"}},
         {"type": "bar", "name": "busy, waiting", "x": labels,
          "y": [round(w * 100, 1) for _, _, w in rows], "marker": {"color": colour}},
-    ], "layout": {**_LAYOUT, "barmode": "stack", "height": 250,
-                  "margin": {**_LAYOUT["margin"], "t": 60},
-                  "title": _title("Computing and waiting per GPU"),
-                  "yaxis": {"range": [0, 100], "ticksuffix": "%"},
-                  "xaxis": {"type": "category"}, "legend": {"orientation": "h", "y": 1.15}}}
+    ], "layout": legend_below({**_LAYOUT, "barmode": "stack", "height": 250,
+                               "margin": {**_LAYOUT["margin"], "t": 40},
+                               "title": _title("Computing and waiting per GPU"),
+                               "yaxis": {"range": [0, 100], "ticksuffix": "%"},
+                               "xaxis": {"type": "category"}})}
 
 
 def phase_bars(ranks: Sequence[tuple[int, Mapping[str, float]]], straggler: int | None,
@@ -195,13 +197,12 @@ def phase_bars(ranks: Sequence[tuple[int, Mapping[str, float]]], straggler: int 
              "marker": {"color": PHASE_COLOURS[p]},
              "hovertemplate": f"%{{y}}<br>{PHASE_LABELS[p]}: %{{x:.1f}} ms<extra></extra>"}
             for p in PHASE_COLOURS]
-    return {"data": data, "layout": {
+    return {"data": data, "layout": legend_below({
         **_LAYOUT, "barmode": "stack", "height": max(180, 70 + 24 * len(ranks)),
         "margin": {**_LAYOUT["margin"], "l": 190},
         "title": _title("Mean step per rank, from the job's traces"),
         "xaxis": {"title": {"text": "ms per step"}},
-        "yaxis": {"autorange": "reversed", "type": "category"},
-        "legend": {"orientation": "h", "y": -0.25}}}
+        "yaxis": {"autorange": "reversed", "type": "category"}}, rows=2)}
 
 
 def _rank_label(rank: int, straggler: int | None, phase: str, waiting: Sequence[int]) -> str:

@@ -20,7 +20,7 @@ from apps.jobs.models import (
     TraceRankPhases,
     TraceRun,
 )
-from apps.jobs.services import findings_for
+from apps.jobs.presenters import findings_for
 
 WIDTH = 80
 BAR = 40

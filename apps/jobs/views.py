@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views import View
@@ -19,7 +19,7 @@ from apps.clusters.models import Cluster
 from apps.core.context_processors import simulated_banner
 from apps.core.errors import AdapterError
 from apps.core.paging import keyset_page
-from apps.jobs import services, traces
+from apps.jobs import presenters, services, traces
 from apps.jobs.filters import JobFilterSet
 from apps.jobs.models import Job, JobMetrics
 
@@ -47,7 +47,7 @@ class JobListView(ActionRequiredMixin, TemplateView):
         filterset = JobFilterSet(self.request.GET, queryset=jobs)
         grouped = self.request.GET.get("group", "arrays") != "tasks" and \
             not self.request.GET.get("q")
-        rows = services.list_rows(filterset.qs, grouped)
+        rows = presenters.list_rows(filterset.qs, grouped)
         # the team scope reads each led team's (team, -submit_time) index on its own
         split = ("team_id", led) if scope == "team" else None
         page = keyset_page(rows, self.request.GET.get("after", ""), PAGE_SIZE, "submit_time",
@@ -57,7 +57,7 @@ class JobListView(ActionRequiredMixin, TemplateView):
         ctx.update(
             scope=scope, scopes=_scopes_for(user, led), filter=filterset, page=page,
             query=query.urlencode(), grouped=grouped,
-            arrays=services.array_summaries(page.rows) if grouped else {},
+            arrays=presenters.array_summaries(page.rows) if grouped else {},
             slurm_clusters=Cluster.objects.visible_to(user).fed_by_slurm(),
         )
         return ctx
@@ -82,8 +82,11 @@ class JobDetailView(ActionRequiredMixin, DetailView):
         return Job.objects.visible_to(self.request.user).select_related("cluster", "team", "user")
 
     def get_object(self, queryset: QuerySet[Job] | None = None) -> Job:
-        return get_object_or_404(self.get_queryset(), cluster__name=self.kwargs["cluster"],
-                                 job_id=self.kwargs["job_id"])
+        cluster, job_id = self.kwargs["cluster"], self.kwargs["job_id"]
+        job = self.get_queryset().filter(cluster__name=cluster, job_id=job_id).first()
+        if job is None:
+            raise Http404(missing_job(cluster, job_id))
+        return job
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
@@ -98,11 +101,32 @@ class JobDetailView(ActionRequiredMixin, DetailView):
             if job.array_job_id else []
         )
         ctx.update(_metrics_card(job))
-        ctx.update(services.ending_card(job))
-        ctx.update(services.traces_panel(job))
+        ctx.update(presenters.ending_card(job))
+        ctx.update(presenters.traces_panel(job))
         ctx["upload_limit_mb"] = settings.TRACE_UPLOAD_MAX_MB
         ctx.update(simulated_banner(job.cluster))
+        ctx["detection_problems"] = _detection_problems(job)
         return ctx
+
+
+def _detection_problems(job: Job) -> list[Any]:
+    """The job's cluster's last detection run, when it did not read all its sources: the
+    telemetry rules (miners, GPUs used without a job) may not have looked at this job."""
+    from apps.security.services import detection_problem  # security reads jobs: no cycle
+
+    problem = detection_problem(job.cluster)
+    return [problem] if problem else []
+UPLOAD_TAG = "trace-upload"  # messages shown at the upload form, not in the top banner
+
+
+def missing_job(cluster: str, job_id: int) -> str:
+    """Why a job page is a 404: the job belongs to another team, or Beacon has no such job.
+    (Slurm shows every job id to every user, so naming the first case hides nothing.)"""
+    if Job.objects.filter(cluster__name=cluster, job_id=job_id).exists():
+        return (f"job {job_id} on {cluster} belongs to another team: its owner, the team's "
+                "leads and platform admins can open it")
+    return (f"Beacon has no job {job_id} on {cluster}: it may not be synced yet (new jobs "
+            "appear within a minute or two), or the id or cluster is mistyped")
 
 
 def _metrics_card(job: Job) -> dict[str, Any]:
@@ -113,7 +137,7 @@ def _metrics_card(job: Job) -> dict[str, Any]:
     nothing is asked: the page says that live refresh needs one.
     """
     asked = services.refresh_if_stale(job, JobMetrics.objects.filter(job=job).first())
-    card = services.metrics_card(job)
+    card = presenters.metrics_card(job)
     card["refresh_unavailable"] = asked == services.Refresh.UNAVAILABLE
     card["no_live_source"] = asked == services.Refresh.NO_SOURCE
     return card
@@ -125,7 +149,7 @@ class JobMetricsPartialView(JobDetailView):
     template_name = "jobs/partials/metrics.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        return {"job": self.object, **services.metrics_card(self.object),
+        return {"job": self.object, **presenters.metrics_card(self.object),
                 "trace_runs": list(self.object.trace_runs.all()[:1])}
 
 
@@ -146,7 +170,10 @@ class JobTraceUploadView(ActionRequiredMixin, View):
             # the body's size was checked before it was read (TraceUploadLimitMiddleware)
             run = traces.import_uploads(job, request.FILES.getlist("files"))
         except (traces.UploadRefused, AdapterError, TraceAnalysisError) as exc:
-            messages.error(request, f"Trace upload refused: {exc}")
+            # shown at the upload form (the page opens there), not in the page's top banner
+            messages.error(request, f"Trace upload refused: {exc}", extra_tags=UPLOAD_TAG)
+            return HttpResponseSeeOther(reverse("jobs-detail", args=[cluster, job_id]) +
+                                        "#trace-upload")
         else:
             messages.success(request, f"Traces analysed: {run.world_size} ranks, {run.steps} "
                                       f"steps. {_straggler_words(run)}")

@@ -7,17 +7,24 @@ import json
 from typing import Any
 
 from django.contrib import admin
+from django.utils import timezone
 from django.utils.html import format_html
 
+from apps.analysis.components import ALIASES
+from apps.analysis.recurrence import iso_utc
 from apps.analysis.security_rules import RULES
 from apps.security.models import (
     Advisory,
     AllowListEntry,
+    ComponentAlias,
     Finding,
     FindingEvent,
+    IbStorageBaseline,
     NodeInventory,
+    QuietSchedule,
     SecurityRule,
     ServiceProbe,
+    SshAllowedSource,
     SshLogEvent,
 )
 
@@ -86,6 +93,71 @@ class AdvisoryAdmin(admin.ModelAdmin):
     list_editable = ["enabled"]
     list_filter = ["software", "severity", "enabled"]
     search_fields = ["software", "cves", "note"]
+
+
+@admin.register(QuietSchedule)
+class QuietScheduleAdmin(admin.ModelAdmin):
+    """Quiet windows: once, daily or weekly, on nodes or single GPUs. The next windows are
+    shown in UTC once saved, to check the time zone did what was meant."""
+
+    list_display = ["nodes", "gpus", "when", "cluster", "reason", "enabled"]
+    list_editable = ["enabled"]
+    list_filter = ["repeat", "enabled", "cluster"]
+    search_fields = ["nodes", "gpus", "reason"]
+    fieldsets = [
+        (None, {"fields": ["cluster", "nodes", "gpus", "reason", "enabled"]}),
+        ("When", {"fields": ["repeat", "start_time", "minutes", "weekdays", "timezone",
+                             "starts_at", "ends_at", "next_windows"]}),
+    ]
+    readonly_fields = ["next_windows"]
+
+    @admin.display(description="when")
+    def when(self, row: QuietSchedule) -> str:
+        return row.when()
+
+    @admin.display(description="next windows (UTC)")
+    def next_windows(self, row: QuietSchedule) -> str:
+        if row.pk is None:
+            return "shown once saved"
+        zone = row.cluster.timezone if row.cluster else "UTC"
+        window = row.as_window(zone)
+        now = timezone.now().timestamp()
+        if window.every is None:
+            return row.when()
+        found = window.every.occurrences(now, now + 15 * 86400, limit=5)
+        return ", ".join(f"{iso_utc(a)[:16]}..{iso_utc(b)[11:16]}" for a, b in found) or \
+            "none in the next 15 days"
+
+
+@admin.register(SshAllowedSource)
+class SshAllowedSourceAdmin(admin.ModelAdmin):
+    """Where SSH logins to compute nodes may come from, per kind of user: admin users are
+    the allow-list's admin users, service accounts its service accounts."""
+
+    list_display = ["name", "network", "who", "cluster", "reason"]
+    list_filter = ["who", "cluster"]
+    search_fields = ["name", "network", "reason"]
+
+
+@admin.register(IbStorageBaseline)
+class IbStorageBaselineAdmin(admin.ModelAdmin):
+    list_display = ["name", "nodes", "partition", "gbytes_per_s", "cluster", "reason"]
+    list_filter = ["cluster"]
+    search_fields = ["name", "nodes", "partition"]
+
+
+@admin.register(ComponentAlias)
+class ComponentAliasAdmin(admin.ModelAdmin):
+    """The site's component names; the built-in ones always apply (listed below)."""
+
+    list_display = ["alias", "component", "note"]
+    search_fields = ["alias", "component"]
+    readonly_fields = ["built_in"]
+    fields = ["alias", "component", "note", "built_in"]
+
+    @admin.display(description="built-in aliases")
+    def built_in(self, row: ComponentAlias) -> str:
+        return ", ".join(f"{a} = {c}" for a, c in sorted(ALIASES.items()))
 
 
 class FindingEventInline(admin.TabularInline):

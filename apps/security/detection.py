@@ -5,8 +5,10 @@
 1. Load the rules and allow-lists (data admins edit).
 2. Read the inputs, each on its own: telemetry (Prometheus, or OpenMetrics files for the
    demo), allocations and GPU bindings, sshd events, service probes, node inventories,
-   and job scripts not scanned yet. A source that fails or has nothing is recorded as
-   skipped with the reason; the rules that need it find nothing; the run goes on.
+   and job scripts not scanned yet. A source that has nothing, or that the site has not
+   set up, is recorded as skipped; one that was asked for and failed (or a telemetry
+   query of it) is recorded in ``failures`` with the query and the service's error: the
+   run goes on, the rules that need it find nothing, and the run ends ``partial``.
 3. Run each enabled rule (a rule that raises is recorded as skipped, never fatal).
 4. Upsert the hits as findings, mark the scanned scripts, and end expired suppressions,
    in one transaction; notify critical findings after it commits.
@@ -33,6 +35,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.analysis import security_rules
+from apps.analysis.components import alias_table
 from apps.analysis.secret_shapes import MAX_TEXT
 from apps.analysis.security_types import (
     Allocation,
@@ -57,16 +60,20 @@ from apps.core.batch import forked
 from apps.core.errors import AdapterError
 from apps.jobs.archive import catalogue_for
 from apps.jobs.models import Job, JobGpu
-from apps.security import findings
+from apps.security import findings, saved_scripts
 from apps.security.adapters import telemetry
 from apps.security.frames import Grid, build_frame
 from apps.security.models import (
     Advisory,
     AllowListEntry,
+    ComponentAlias,
+    IbStorageBaseline,
     NodeInventory,
+    QuietSchedule,
     ScriptScan,
     SecurityRule,
     ServiceProbe,
+    SshAllowedSource,
     SshLogEvent,
 )
 
@@ -101,8 +108,21 @@ class RunReport:
     hits: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     recorded: findings.Recorded = field(default_factory=findings.Recorded)
-    telemetry_ok: bool = False
+    telemetry_ok: bool = False  # telemetry read, at least in part
     expired: int = 0
+    # sources (or telemetry queries, rules) that were asked for and failed: "source: why"
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def telemetry_complete(self) -> bool:
+        """Telemetry read with no failed query: every telemetry rule ran."""
+        return self.telemetry_ok and not any(f.startswith("telemetry") for f in self.failures)
+
+    def fail(self, message: str) -> None:
+        """A source asked for failed: recorded (and skipped) with its reason."""
+        if len(self.failures) < MAX_SKIPPED:
+            self.failures.append(message[:2000])
+        self.skip(message)
 
     def skip(self, message: str) -> None:
         if len(self.skipped) < MAX_SKIPPED:
@@ -123,13 +143,17 @@ class RunReport:
         r.notify_now += o.notify_now
         self.telemetry_ok = self.telemetry_ok and other.telemetry_ok
         self.expired += other.expired
+        for message in other.failures:
+            if len(self.failures) < MAX_SKIPPED:
+                self.failures.append(message)
 
     def stats(self) -> dict[str, Any]:
         return {"since": self.since.isoformat(), "until": self.until.isoformat(),
                 "sources": self.sources, "hits": self.hits, "skipped": self.skipped[:50],
                 "skipped_total": len(self.skipped), "created": self.recorded.created,
                 "updated": self.recorded.updated, "reopened": self.recorded.reopened,
-                "unchanged": self.recorded.unchanged, "suppressions_expired": self.expired}
+                "unchanged": self.recorded.unchanged, "suppressions_expired": self.expired,
+                "failures": self.failures[:50], "telemetry_complete": self.telemetry_complete}
 
 
 def detect(cluster: Cluster, since: datetime, until: datetime, sources: Sources | None = None,
@@ -190,9 +214,35 @@ def _allow(cluster: Cluster, since: datetime, until: datetime, now: datetime) ->
             quiet.append(QuietWindow(value, _ts(e.starts_at), _ts(e.ends_at), e.reason))
         elif e.kind == AllowListEntry.Kind.VERSION and "=" in value:
             software, version = value.split("=", 1)
-            versions.add((software.strip().lower().replace("-", "_"), version.strip()))
+            versions.add((software.strip(), version.strip()))
+    quiet.extend(_quiet_schedules(cluster, since, until))
     quiet.extend(_drained_now(cluster, since, until, now))
-    return Allow(frozenset(admins), frozenset(exempt), tuple(quiet), frozenset(versions))
+    mine = Q(cluster=cluster) | Q(cluster__isnull=True)
+    sources = tuple(s.as_source() for s in SshAllowedSource.objects.filter(mine))
+    baselines = tuple(b.as_baseline() for b in IbStorageBaseline.objects.filter(mine))
+    return Allow(frozenset(admins), frozenset(exempt), tuple(quiet), frozenset(versions),
+                 sources, baselines, _partitions(cluster) if baselines else {},
+                 alias_table(dict(ComponentAlias.objects.values_list("alias", "component"))))
+
+
+def _quiet_schedules(cluster: Cluster, since: datetime, until: datetime) -> list[QuietWindow]:
+    """The enabled quiet windows of this cluster (and of all) that may touch the window
+    and its look-back; recurring ones in the cluster's time zone."""
+    start = _frame_start(since)
+    rows = QuietSchedule.objects.filter(Q(cluster=cluster) | Q(cluster__isnull=True),
+                                        enabled=True) \
+        .filter(Q(ends_at__isnull=True) | Q(ends_at__gte=start - timedelta(days=1))) \
+        .filter(Q(starts_at__isnull=True) | Q(starts_at__lte=until + timedelta(days=1)))
+    return [row.as_window(cluster.timezone or "UTC") for row in rows]
+
+
+def _partitions(cluster: Cluster) -> dict[str, frozenset[str]]:
+    """Node name -> its Slurm partitions (for baselines given per partition)."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for node, partition in Node.partitions.through.objects.filter(node__cluster=cluster) \
+            .values_list("node__name", "partition__name"):
+        found[node].add(partition)
+    return {node: frozenset(names) for node, names in found.items()}
 
 
 def _drained_now(cluster: Cluster, since: datetime, until: datetime,
@@ -259,8 +309,8 @@ def _frame(cluster: Cluster, start: datetime, until: datetime,
         raw = _raw_telemetry(cluster, catalogue, start.timestamp(), until.timestamp(),
                              sources, report)
     except AdapterError as exc:
-        report.sources["telemetry"] = f"skipped: {exc}"
-        report.skip(f"telemetry: {exc}")
+        report.sources["telemetry"] = f"failed: {exc}"
+        report.fail(f"telemetry: {exc}")
         return None
     if raw is None:
         return None
@@ -272,6 +322,10 @@ def _frame(cluster: Cluster, start: datetime, until: datetime,
     report.telemetry_ok = True
     report.sources["telemetry"] += (f": {stats.gpus} GPUs, {len(frame.nodes)} nodes, "
                                     f"step {step:g}s")
+    if raw.failures:
+        report.sources["telemetry"] += f", {len(raw.failures)} queries failed"
+    for failure in raw.failures:
+        report.fail(f"telemetry query failed, {failure}")
     for warning in raw.warnings[:5]:
         report.skip(f"telemetry warning: {warning}")
     if stats.unknown_buckets:
@@ -355,11 +409,16 @@ def _job_texts(cluster: Cluster, since: datetime, until: datetime, sources: Sour
     if not batch:
         report.sources["job scripts"] = "no new jobs"
         return [], []
+    if sources.scripts is None and sources.slurm is None and \
+            cluster.slurm_backend == Cluster.SlurmBackend.NONE:
+        report.sources["job scripts"] = "skipped: no Slurm backend and no scripts folder"
+        report.skip("job scripts: no Slurm backend and no scripts folder")
+        return [], []
     try:
         scripts = _fetch_scripts(cluster, batch, sources, report)
     except AdapterError as exc:
-        report.sources["job scripts"] = f"skipped: {exc}"
-        report.skip(f"job scripts: {exc}")
+        report.sources["job scripts"] = f"failed: {exc}"
+        report.fail(f"job scripts: {exc}")
         return [], []
     texts, scans = [], []
     for job in batch:
@@ -373,12 +432,16 @@ def _job_texts(cluster: Cluster, since: datetime, until: datetime, sources: Sour
 def _fetch_scripts(cluster: Cluster, jobs: list[Job], sources: Sources,
                    report: RunReport) -> dict[int, list[tuple[str, str]]]:
     if sources.scripts is not None:
-        report.sources["job scripts"] = f"folder {sources.scripts}"
-        return {job.job_id: _script_files(sources.scripts, job.job_id) for job in jobs}
+        saved = saved_scripts.read_folder(sources.scripts)
+        found = {job.job_id: saved.texts(job.job_id, job.display_id) for job in jobs}
+        report.sources["job scripts"] = (f"folder {sources.scripts} ("
+                                         f"{sum(1 for f in found.values() if f)} of {len(jobs)} "
+                                         f"jobs had a script or environment)")
+        for problem in saved.problems:
+            report.skip(f"job scripts: {problem}")
+        return found
     client = sources.slurm
     if client is None:
-        if cluster.slurm_backend == Cluster.SlurmBackend.NONE:
-            raise AdapterError("no Slurm backend and no scripts folder", service="slurm")
         client = cluster_services.client_for(cluster)
     ids = [j.job_id for j in jobs]
     stored = client.job_scripts(ids)
@@ -387,7 +450,7 @@ def _fetch_scripts(cluster: Cluster, jobs: list[Job], sources: Sources,
         had = f"{len(envs)} an environment"
     except AdapterError as exc:  # the scripts still count: say what was not read
         envs, had = {}, f"environments not read: {exc}"
-        report.skip(f"job environments: {exc}")
+        report.fail(f"job environments: {exc}")
     report.sources["job scripts"] = (f"slurm ({len(stored)} of {len(jobs)} jobs had a "
                                      f"script, {had})")
     found: dict[int, list[tuple[str, str]]] = {}
@@ -396,18 +459,6 @@ def _fetch_scripts(cluster: Cluster, jobs: list[Job], sources: Sources,
             if job.display_id in texts:
                 found.setdefault(job.job_id, []).append((source,
                                                          texts[job.display_id][:MAX_TEXT]))
-    return found
-
-
-def _script_files(folder: Path, job_id: int) -> list[tuple[str, str]]:
-    """``<id>.sh`` (``sacct --batch-script``) and ``<id>.env`` (``--env-vars``), if saved."""
-    found = []
-    for suffix, source in ((".sh", "batch script"), (".env", "environment")):
-        try:
-            with (folder / f"{job_id}{suffix}").open(errors="replace") as f:
-                found.append((source, f.read(MAX_TEXT)))
-        except OSError:
-            continue
     return found
 
 
@@ -490,7 +541,7 @@ def _run_rules(inputs: Inputs, configs: dict[str, RuleConfig], allow: Allow,
             outcome = security_rules.run(key, inputs, cfg, allow)
         except Exception as exc:  # a broken rule must not stop the others
             log.exception("security rule %s failed", key)
-            report.skip(f"rule {key} failed: {type(exc).__name__}: {exc}")
+            report.fail(f"rule {key} failed: {type(exc).__name__}: {exc}")
             continue
         report.hits[key] = len(outcome.hits)
         hits.extend(outcome.hits)

@@ -29,7 +29,8 @@ from apps.security.models import NodeInventory, ServiceProbe, SshLogEvent
 BATCH = 5000
 MAX_SOFTWARE = 200
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+ -]{0,99}$")
+# A component, optionally ":" and where it comes from (a site module: "pytorch:ml/2024.1").
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+ -]{0,99}(?::[A-Za-z0-9._+/@ -]{1,100})?$")
 
 
 class IngestError(ValueError):

@@ -1,6 +1,9 @@
 """Security findings, the rules and allow-lists admins edit, and the inputs rules read.
 
 - ``SecurityRule``, ``AllowListEntry``, ``Advisory``: data admins edit (seeded defaults).
+- ``QuietSchedule``, ``SshAllowedSource``, ``IbStorageBaseline``, ``ComponentAlias``: the
+  site's configuration (recurring quiet windows, SSH sources per kind of user, storage
+  baselines per node group or partition, component names).
 - ``Finding`` and ``FindingEvent``: what detection found, its lifecycle and audit trail.
 - ``SshLogEvent``, ``NodeInventory``, ``ServiceProbe``, ``ScriptScan``: ingested inputs.
 - ``DetectionState``: one row per cluster, the claim and watermark of the detection runs.
@@ -9,7 +12,11 @@
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
+import math
+import re
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -19,7 +26,12 @@ from django.utils import timezone
 
 from apps.accounts.models import Membership
 from apps.analysis import security_rules
+from apps.analysis.components import normalise
+from apps.analysis.recurrence import MAX_MINUTES, Recurrence, check_zone, describe, parse_weekdays
 from apps.analysis.security_types import SEVERITIES, RuleConfig
+from apps.analysis.security_types import IbBaseline as IbBaselineSpec
+from apps.analysis.security_types import QuietWindow as QuietWindowSpec
+from apps.analysis.security_types import SshSource as SshSourceSpec
 from apps.analysis.versions import Advisory as AdvisoryRecord
 from apps.analysis.versions import parse_version
 from apps.core.models import TimeStampedModel
@@ -130,6 +142,7 @@ class Advisory(TimeStampedModel):
 
     class Meta:
         ordering = ["software", "cves"]
+        verbose_name_plural = "advisories"  # not Django's "advisorys"
 
     def __str__(self) -> str:
         return f"{self.software} < {self.fixed_versions} ({self.cves})"
@@ -144,6 +157,226 @@ class Advisory(TimeStampedModel):
             raise ValidationError({"fixed_versions": f"not versions: {', '.join(bad) or '(none)'}"})
         if self.affected_from and parse_version(self.affected_from) is None:
             raise ValidationError({"affected_from": "not a version"})
+
+
+class QuietSchedule(TimeStampedModel):
+    """A quiet window: nodes (a glob), optionally only some of their GPUs, where the
+    telemetry rules stay quiet, once or on a schedule (a health check daily at 04:00 for
+    5 minutes; maintenance on Tuesdays 08:00-14:00), in the cluster's time zone unless
+    ``timezone`` says otherwise.
+
+    ``once``: from ``starts_at`` to ``ends_at``. ``daily``/``weekly``: at ``start_time`` for
+    ``minutes``, on ``weekdays`` for weekly ones, between ``starts_at`` and ``ends_at`` when
+    given. GPU-scoped windows quiet those GPUs only: node-level rules (InfiniBand) still
+    run on the node.
+    """
+
+    class Repeat(models.TextChoices):
+        ONCE = "once", "Once (from starts at to ends at)"
+        DAILY = "daily", "Every day"
+        WEEKLY = "weekly", "Every week, on the weekdays given"
+
+    cluster = models.ForeignKey("clusters.Cluster", null=True, blank=True,
+                                on_delete=models.CASCADE, related_name="quiet_schedules",
+                                help_text="Empty: every cluster")
+    nodes = models.CharField(max_length=200, help_text="A node name or glob: gpu07, gpu0*, "
+                                                       "gpu[0-3]*")
+    gpus = models.CharField(max_length=300, blank=True,
+                            help_text="Empty: the whole node. Else GPU indices or UUIDs, "
+                                      "comma-separated: 0,3 or GPU-5f1c...")
+    repeat = models.CharField(max_length=8, choices=Repeat.choices, default=Repeat.DAILY)
+    weekdays = models.CharField(max_length=60, blank=True,
+                                help_text="Weekly windows: tue, or mon,thu, or mon-fri")
+    start_time = models.TimeField(null=True, blank=True,
+                                  help_text="Daily and weekly windows: local start, e.g. 04:00")
+    minutes = models.PositiveIntegerField(null=True, blank=True,
+                                          help_text="Daily and weekly windows: how long")
+    timezone = models.CharField(max_length=64, blank=True,
+                                help_text="Empty: the cluster's time zone (UTC for all "
+                                          "clusters)")
+    starts_at = models.DateTimeField(null=True, blank=True,
+                                     help_text="Once: the start. Recurring: the first day "
+                                               "(empty: from now on)")
+    ends_at = models.DateTimeField(null=True, blank=True,
+                                   help_text="Once: the end. Recurring: the last day (empty: "
+                                             "no end)")
+    reason = models.CharField(max_length=300)
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["nodes", "start_time", "id"]
+        verbose_name = "quiet window"
+
+    def __str__(self) -> str:
+        scope = f"{self.nodes} GPU {self.gpus}" if self.gpus else self.nodes
+        return f"{scope}: {self.when()}"
+
+    def when(self) -> str:
+        if self.repeat == self.Repeat.ONCE:
+            start = f"{self.starts_at:%Y-%m-%d %H:%M}" if self.starts_at else "?"
+            end = f"{self.ends_at:%Y-%m-%d %H:%M}" if self.ends_at else "?"
+            return f"{start} .. {end} UTC"
+        rec = self.recurrence(self.timezone or "UTC")
+        return describe(rec) if rec else "?"
+
+    def gpu_set(self) -> frozenset[str]:
+        return frozenset(part.strip() for part in self.gpus.split(",") if part.strip())
+
+    def recurrence(self, zone: str) -> Recurrence | None:
+        """The schedule in ``zone`` (the cluster's when ``timezone`` is empty)."""
+        if self.repeat == self.Repeat.ONCE or self.start_time is None or not self.minutes:
+            return None
+        tz = self.timezone or zone
+        tz = "UTC" if check_zone(tz) else tz  # clean() refuses it; never fail a run on it
+        local = ZoneInfo(tz)
+        days = parse_weekdays(self.weekdays) if self.repeat == self.Repeat.WEEKLY else frozenset()
+        return Recurrence(self.start_time, float(self.minutes), days, tz,
+                          self.starts_at.astimezone(local).date() if self.starts_at else None,
+                          self.ends_at.astimezone(local).date() if self.ends_at else None)
+
+    def as_window(self, zone: str) -> QuietWindowSpec:
+        """The window the rules read, in the cluster's time zone ``zone``."""
+        if self.repeat == self.Repeat.ONCE:
+            return QuietWindowSpec(self.nodes.strip(), _stamp(self.starts_at),
+                                   _stamp(self.ends_at), self.reason, self.gpu_set())
+        return QuietWindowSpec(self.nodes.strip(), None, None, self.reason, self.gpu_set(),
+                               self.recurrence(zone))
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if not self.nodes.strip():
+            errors["nodes"] = "a node name or glob, e.g. gpu0*"
+        bad = [g for g in self.gpu_set() if not _GPU.match(g)]
+        if bad:
+            errors["gpus"] = f"not a GPU index or UUID: {', '.join(bad)}"
+        if self.timezone and check_zone(self.timezone):
+            errors["timezone"] = check_zone(self.timezone)
+        if self.repeat == self.Repeat.ONCE:
+            if not (self.starts_at and self.ends_at):
+                errors["starts_at"] = "a one-off window needs its start and end"
+        else:
+            if self.start_time is None:
+                errors["start_time"] = "when the window starts, e.g. 04:00"
+            if not self.minutes or self.minutes > MAX_MINUTES:
+                errors["minutes"] = f"how long it lasts: 1 to {MAX_MINUTES} minutes"
+        if self.repeat == self.Repeat.WEEKLY:
+            try:
+                if not parse_weekdays(self.weekdays):
+                    errors["weekdays"] = "which weekdays, e.g. tue or mon,thu"
+            except ValueError as exc:
+                errors["weekdays"] = str(exc)
+        if self.starts_at and self.ends_at and self.ends_at <= self.starts_at:
+            errors["ends_at"] = "must be after starts at"
+        if errors:
+            raise ValidationError(errors)
+
+
+class SshAllowedSource(TimeStampedModel):
+    """A network SSH logins to compute nodes may come from, and for whom: login nodes for
+    everyone, an admin bastion for admin users only, health-check runners for service
+    accounts. Read by ``ssh_unexpected_source``: a login from a network not listed for
+    that kind of user is a finding (the rule is off while nothing is listed)."""
+
+    class Who(models.TextChoices):
+        EVERYONE = "everyone", "Everyone (login and transfer nodes)"
+        ADMINS = "admins", "Admin users only (a bastion)"
+        SERVICE = "service", "Service accounts only"
+
+    cluster = models.ForeignKey("clusters.Cluster", null=True, blank=True,
+                                on_delete=models.CASCADE, related_name="ssh_sources",
+                                help_text="Empty: every cluster")
+    name = models.CharField(max_length=100, help_text="e.g. login nodes, admin bastion")
+    network = models.CharField(max_length=64, help_text="An address or CIDR: 10.20.0.0/24, "
+                                                        "10.30.0.5, fd00:20::/64")
+    who = models.CharField(max_length=16, choices=Who.choices, default=Who.EVERYONE)
+    reason = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["who", "network"]
+        verbose_name = "allowed SSH source"
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.network} ({self.get_who_display()})"
+
+    def as_source(self) -> SshSourceSpec:
+        return SshSourceSpec(self.network.strip(), self.who, self.name)
+
+    def clean(self) -> None:
+        try:
+            ipaddress.ip_network(self.network.strip(), strict=False)
+        except ValueError:
+            raise ValidationError({"network": "an address or CIDR, e.g. 10.20.0.0/24"}) from None
+
+
+class IbStorageBaseline(TimeStampedModel):
+    """The InfiniBand traffic storage alone puts on a node group or a Slurm partition
+    (Lustre o2ib, GPFS verbs): ``ib_traffic_without_multinode_job`` flags a node without a
+    multi-node job only above this. A node in several groups gets the largest."""
+
+    cluster = models.ForeignKey("clusters.Cluster", null=True, blank=True,
+                                on_delete=models.CASCADE, related_name="ib_baselines",
+                                help_text="Empty: every cluster")
+    name = models.CharField(max_length=100, help_text="e.g. storage-heavy rack")
+    nodes = models.CharField(max_length=200, blank=True,
+                             help_text="A node name or glob (or give a partition)")
+    partition = models.CharField(max_length=128, blank=True,
+                                 help_text="A Slurm partition (or give nodes)")
+    gbytes_per_s = models.FloatField(help_text="GB/s (10^9 bytes per second), rx + tx of "
+                                               "all ports")
+    reason = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "InfiniBand storage baseline"
+
+    def __str__(self) -> str:
+        where = f"partition {self.partition}" if self.partition else self.nodes
+        return f"{self.name}: {self.gbytes_per_s:g} GB/s on {where}"
+
+    def as_baseline(self) -> IbBaselineSpec:
+        return IbBaselineSpec(self.gbytes_per_s * 1e9, self.nodes.strip(),
+                              self.partition.strip(), self.name)
+
+    def clean(self) -> None:
+        if bool(self.nodes.strip()) == bool(self.partition.strip()):
+            raise ValidationError({"nodes": "give nodes (a glob) or a partition, not both"})
+        if self.gbytes_per_s is None or not math.isfinite(self.gbytes_per_s) \
+                or self.gbytes_per_s <= 0:
+            raise ValidationError({"gbytes_per_s": "a rate above 0"})
+
+
+class ComponentAlias(TimeStampedModel):
+    """Another name of a software component, so advisories and inventories meet: the
+    site's names on top of the built-in ones (``apps/analysis/components.py``: torch is
+    pytorch, nvidia-ctk is nvidia_container_toolkit...). Compared normalised: case, ``-``,
+    ``_``, ``.`` and spaces do not matter."""
+
+    alias = models.CharField(max_length=100, unique=True, help_text="e.g. pt, site-torch")
+    component = models.CharField(max_length=100, help_text="The name advisories use, e.g. "
+                                                           "pytorch")
+    note = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["component", "alias"]
+        verbose_name_plural = "component aliases"
+
+    def __str__(self) -> str:
+        return f"{self.alias} = {self.component}"
+
+    def clean(self) -> None:
+        alias, component = normalise(self.alias), normalise(self.component)
+        if not alias or not component:
+            raise ValidationError({"alias": "both names are needed"})
+        if alias == component:
+            raise ValidationError({"alias": "the alias is the component's own name"})
+        self.alias, self.component = alias, component
+
+
+_GPU = re.compile(r"^(?:\d{1,3}|(?:GPU|MIG)-[0-9A-Za-z/-]{1,80})$")
+
+
+def _stamp(value: Any) -> float | None:
+    return value.timestamp() if value else None
 
 
 def _split(text: str) -> tuple[str, ...]:

@@ -2,13 +2,17 @@
 
 Both go by e-mail (``SECURITY_NOTIFY_EMAILS``) and to a webhook (``SECURITY_WEBHOOK_URL``)
 when configured. Messages carry the finding's title, severity, place and link, never its
-evidence. A digest lists each pending finding once however often it was seen.
+evidence. A digest lists each pending finding once however often it was seen, and every
+detection run since the previous digest that read only part of its sources (a failed
+telemetry query, Prometheus down, Slurm scripts unreadable): with the reason, so admins
+learn that the rules did not run (issue 17).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -18,6 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.analysis.security_types import severity_rank
+from apps.core.models import TaskRun
 from apps.security.adapters.webhook import post_json
 from apps.security.models import Finding, FindingEvent
 
@@ -43,16 +48,24 @@ def _payload(findings: Iterable[Finding], kind: str) -> dict[str, Any]:
         "url": _link(f)} for f in findings]}
 
 
-def _send(findings: list[Finding], kind: str, subject: str) -> list[str]:
+def _send(findings: list[Finding], kind: str, subject: str,
+          problems: list[str] | None = None) -> list[str]:
     """E-mail and webhook; returns the channels used. Webhook errors propagate (retried)."""
     used = []
     recipients = list(settings.SECURITY_NOTIFY_EMAILS)
     if recipients:
         body = "\n".join(_line(f) for f in findings)
+        if problems:
+            body = ("Detection runs that did not read all their sources (the rules that "
+                    "need them did not run):\n" + "\n".join(problems) +
+                    (f"\n\n{body}" if body else ""))
         send_mail(subject, body, None, recipients, fail_silently=False)
         used.append("email")
     if settings.SECURITY_WEBHOOK_URL:
-        post_json(settings.SECURITY_WEBHOOK_URL, _payload(findings, kind),
+        payload = _payload(findings, kind)
+        if problems:
+            payload["detection_problems"] = problems
+        post_json(settings.SECURITY_WEBHOOK_URL, payload,
                   timeout=settings.SECURITY_WEBHOOK_TIMEOUT)
         used.append("webhook")
     return used
@@ -71,17 +84,44 @@ def notify_now(finding_ids: Iterable[int]) -> int:
 
 
 def send_digest() -> int:
-    """Send every finding waiting for the digest in one message; clear the flags."""
+    """Send every finding waiting for the digest, and the detection runs that failed or
+    read only part of their sources since the last digest, in one message; clear the
+    flags. Returns the number of findings sent."""
+    problems = detection_problems_since(_last_digest())
     with transaction.atomic():
         pending = sorted(Finding.objects.select_for_update().filter(notify_pending=True)
                          .select_related("cluster").order_by("-last_seen"),
                          key=lambda f: -severity_rank(f.severity))
-        if not pending:
+        if not pending and not problems:
             return 0
-        channels = _send(pending, "digest",
-                         f"[Beacon security] digest: {len(pending)} finding(s)")
+        subject = f"[Beacon security] digest: {len(pending)} finding(s)"
+        if problems:
+            subject += f", {len(problems)} detection run(s) incomplete"
+        channels = _send(pending, "digest", subject, problems)
         _mark(pending, channels)
     return len(pending)
+
+
+def _last_digest() -> datetime | None:
+    """When the previous digest that went out started (runs after it are reported now)."""
+    return TaskRun.objects.filter(kind="security.digest", status=TaskRun.Status.SUCCEEDED) \
+        .order_by("-started_at").values_list("started_at", flat=True).first()
+
+
+def detection_problems_since(since: datetime | None) -> list[str]:
+    """One line per failure of each detection run that ended partial or failed after
+    ``since``: cluster, window, status and the reason (with the query: admins read it)."""
+    runs = TaskRun.objects.filter(kind="security.detect", status__in=[
+        TaskRun.Status.PARTIAL, TaskRun.Status.FAILED]).select_related("cluster")
+    if since is not None:
+        runs = runs.filter(finished_at__gt=since)
+    lines = []
+    for run in runs.order_by("finished_at", "pk")[:50]:
+        reasons = [str(f) for f in (run.stats or {}).get("failures") or []] or \
+            [(run.error or "unknown error").splitlines()[0]]
+        where = f"{run.cluster.name if run.cluster else '-'} {run.target}"
+        lines += [f"[detection {run.status}] {where}: {r[:600]}" for r in reasons[:5]]
+    return lines
 
 
 def _mark(findings: list[Finding], channels: list[str]) -> None:

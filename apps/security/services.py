@@ -9,8 +9,10 @@ back), runs it, and advances the watermark only when telemetry was read.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +20,20 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.clusters.models import Cluster
-from apps.core.runs import tracked_run
+from apps.clusters.models import Cluster, Partition
+from apps.core.models import TaskRun
+from apps.core.runs import mark_partial, tracked_run
 from apps.security import ingest
 from apps.security.adapters import telemetry
 from apps.security.detection import RunReport, Sources, detect, read_ahead
-from apps.security.models import AllowListEntry, DetectionState
+from apps.security.models import (
+    AllowListEntry,
+    ComponentAlias,
+    DetectionState,
+    IbStorageBaseline,
+    QuietSchedule,
+    SshAllowedSource,
+)
 
 
 def run_window(cluster: Cluster, since: datetime, until: datetime,
@@ -52,6 +62,7 @@ def run_window(cluster: Cluster, since: datetime, until: datetime,
         for note in notes or []:
             report.skip(note)
         run.stats = report.stats()
+        mark_partial(run, report.failures)
     return report
 
 
@@ -106,6 +117,58 @@ def run_scheduled(cluster: Cluster, now: datetime | None = None) -> RunReport | 
         state.save(update_fields=["running_since", "telemetry_until", "last_finished_at"])
 
 
+# --- When detection did not read everything --------------------------------------------------
+
+DETECT = "security.detect"
+_QUERY_TAIL = re.compile(r" \(query: .*\)$", re.S)
+
+
+@dataclass(frozen=True)
+class DetectionProblem:
+    """The cluster's last detection run read only part of what it was asked to.
+
+    ``telemetry``: a telemetry query (or all of telemetry) failed, so telemetry rules did
+    not run; ``since`` is the end of the last run that read telemetry completely (None:
+    never). ``reason`` is the first failure without its query (admins find the query and
+    Prometheus's whole error on the run, ``run_id``).
+    """
+
+    cluster: str
+    telemetry: bool
+    since: datetime | None
+    reason: str
+    more: int
+    run_id: int
+    status: str
+
+
+def detection_problem(cluster: Cluster) -> DetectionProblem | None:
+    """What the banner on the Security page and the job page says, or None (all read)."""
+    finished = TaskRun.objects.filter(kind=DETECT, cluster=cluster,
+                                      finished_at__isnull=False).order_by("-finished_at", "-pk")
+    last = finished.first()
+    if last is None or last.status == TaskRun.Status.SUCCEEDED:
+        return None
+    failures = [str(f) for f in (last.stats or {}).get("failures") or []]
+    if not failures:  # a run that raised: its error is the reason
+        failures = [f"detection failed: {(last.error or 'unknown error').splitlines()[0]}"]
+    telemetry = any(f.startswith("telemetry") for f in failures) or \
+        last.status == TaskRun.Status.FAILED
+    complete = Q(status=TaskRun.Status.SUCCEEDED)
+    if telemetry:  # a partial run whose failures were elsewhere did run telemetry rules
+        complete |= Q(stats__telemetry_complete=True)
+    good = finished.filter(complete)
+    since = good.values_list("finished_at", flat=True).first()
+    first = next((f for f in failures if f.startswith("telemetry")), failures[0]) \
+        if telemetry else failures[0]
+    return DetectionProblem(cluster.name, telemetry, since, _QUERY_TAIL.sub("", first)[:300],
+                            len(failures) - 1, last.pk, last.status)
+
+
+def detection_problems(clusters: Iterable[Cluster]) -> list[DetectionProblem]:
+    return [p for c in clusters if (p := detection_problem(c)) is not None]
+
+
 # --- The demo -----------------------------------------------------------------------------
 
 # The simulated site's Slurm administrator logs in to every node (apps/simulator): as a
@@ -121,6 +184,7 @@ def detect_simulated(cluster: Cluster, folder: Path, now: datetime) -> dict[str,
         AllowListEntry.objects.get_or_create(
             kind=AllowListEntry.Kind.ADMIN_USER, value=name, cluster=cluster,
             defaults={"reason": "the simulated site's Slurm administrator"})
+    site_examples(cluster)
     notes = []
     for label, result in _demo_inputs(cluster, folder, now):
         if result.skipped:
@@ -133,6 +197,32 @@ def detect_simulated(cluster: Cluster, folder: Path, now: datetime) -> dict[str,
                                                       script_limit=None), 24, notes)
     r = report.recorded
     return {"findings": len(set(r.ids)), "created": r.created, "skipped": len(report.skipped)}
+
+
+def site_examples(cluster: Cluster) -> None:
+    """One example of each kind of site configuration, as the simulated site would set it
+    (idempotent). The simulator's logins all come from 10.20.0.0/22, so listing that as the
+    login nodes turns ``ssh_unexpected_source`` on without a false alarm; the baseline is
+    above the simulated storage traffic and below the planted 9.5 GB/s; the quiet window is
+    off (an example to enable), so the planted findings stay as they are."""
+    mine = {"cluster": cluster}
+    SshAllowedSource.objects.get_or_create(**mine, network="10.20.0.0/22", defaults={
+        "name": "login nodes", "who": SshAllowedSource.Who.EVERYONE,
+        "reason": "the simulated site's login and transfer nodes"})
+    SshAllowedSource.objects.get_or_create(**mine, network="10.20.9.5/32", defaults={
+        "name": "admin bastion", "who": SshAllowedSource.Who.ADMINS,
+        "reason": "example: only admin users may come from the bastion"})
+    QuietSchedule.objects.get_or_create(**mine, nodes="*", gpus="0", defaults={
+        "repeat": QuietSchedule.Repeat.DAILY, "start_time": time(4, 0), "minutes": 5,
+        "reason": "example: a daily DCGM diagnostic on GPU 0 (enable it if the site runs one)",
+        "enabled": False})
+    partition = Partition.objects.filter(cluster=cluster).order_by("name").first()
+    where = {"partition": partition.name} if partition else {"nodes": "*"}
+    IbStorageBaseline.objects.get_or_create(**mine, name="Lustre clients", defaults={
+        **where, "gbytes_per_s": 4.0,
+        "reason": "example: the storage traffic these nodes carry without multi-node jobs"})
+    ComponentAlias.objects.get_or_create(alias="site_torch", defaults={
+        "component": "pytorch", "note": "example: a name a site's own inventory might use"})
 
 
 def _demo_inputs(cluster: Cluster, folder: Path,

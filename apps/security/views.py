@@ -22,7 +22,8 @@ from django.views import View
 from django.views.generic import DetailView, ListView
 
 from apps.accounts.permissions import VIEW, ActionRequiredMixin
-from apps.security import findings
+from apps.clusters.models import Cluster
+from apps.security import findings, services
 from apps.security.filters import FindingFilterSet
 from apps.security.models import Finding
 
@@ -47,7 +48,9 @@ class FindingListView(ActionRequiredMixin, ListView):
         ctx = super().get_context_data(**kwargs)
         query = self.request.GET.copy()
         query.pop("page", None)
-        ctx.update(filter=self.filterset, query=query.urlencode())
+        ctx.update(filter=self.filterset, query=query.urlencode(),
+                   detection_problems=services.detection_problems(
+                       Cluster.objects.visible_to(self.request.user).order_by("name")))
         return ctx
 
 

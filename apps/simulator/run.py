@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from apps.simulator import hostfiles, shares, slurm_json
+from apps.simulator import hostfiles, reports, shares, slurm_json
 from apps.simulator.cluster import Cluster, build_cluster
 from apps.simulator.config import SimConfig
 from apps.simulator.schedule import generate
@@ -184,6 +184,7 @@ def _write_slurm(directory: Path, planned: Plan, summary: Summary) -> None:
     limits = shares.limits(cluster, ordered, used)
     (directory / "sacctmgr_assoc.txt").write_text(shares.sacctmgr_assoc(cluster, limits))
     (directory / "sshare.txt").write_text(shares.sshare(cluster, used, limits))
+    reports.write_reports(directory, cluster, ordered, cfg.start, cfg.now)
     summary.scripts = hostfiles.write_scripts(directory / "scripts", ordered, truth, cfg.seed)
 
 

@@ -277,3 +277,42 @@ def test_the_exporters_speak_their_real_formats(site: Site) -> None:
     assert set(dcgm[0]) >= {"gpu", "UUID", "pci_bus_id", "device", "modelName",
                             "DCGM_FI_DRIVER_VERSION", "instance", "job"}
     assert timedelta(seconds=DURATION) <= timedelta(seconds=site.end - site.t0)
+
+
+class OldIbQuery(PrometheusClient):
+    """The real client, sending the query issue 17 found for InfiniBand bytes: one regex
+    over both directions under rate(), which a real node_exporter's series set refuses."""
+
+    OLD = ('sum by (instance, device) (rate({__name__=~"node_infiniband_port_data_received_'
+           'bytes_total|node_infiniband_port_data_transmitted_bytes_total"}[5s]))')
+
+    def query_range(self, expr: str, *args: object, **kw: object):  # type: ignore[override]
+        if "node_infiniband_port_data_received_bytes_total" in expr:
+            expr = self.OLD
+        return super().query_range(expr, *args, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db
+@override_settings(SECURITY_TELEMETRY_MIN_STEP=5, SECURITY_LOOKBACK_MINUTES=0)
+def test_a_refused_family_costs_its_rule_only_and_the_run_says_so(site: Site) -> None:
+    from apps.core.models import TaskRun
+    from apps.security import services
+
+    cluster = _cluster(site.url)
+    _jobs(cluster, site)
+    _short_rules()
+    report = services.run_window(cluster, _when(site.t0), _when(site.end),
+                                 Sources(prometheus=OldIbQuery(site.url)))
+    found = {(f.rule_key, f.node_name) for f in Finding.objects.all()}
+    assert ("gpu_activity_without_job", "live01") in found  # the other families were read
+    assert ("ib_partition_key_violation", "live02") in found
+    assert not any(rule == "ib_traffic_without_multinode_job" for rule, _ in found)
+    run = TaskRun.objects.get(kind="security.detect")
+    assert run.status == TaskRun.Status.PARTIAL and not report.telemetry_complete
+    # Prometheus's own words, and the measure's query (as Beacon built it: the rewrite
+    # to the old query happens below the adapter, in this test's client)
+    assert "ib: HTTP 422 execution: vector cannot contain metrics with the same labelset" \
+        in run.error
+    assert "(query: sum by (instance, device)" in run.error
+    problem = services.detection_problem(cluster)
+    assert problem is not None and problem.telemetry and problem.since is None

@@ -273,3 +273,51 @@ def test_it_keeps_node_cpu_and_memory_with_their_series(job):
     assert set(channels) == {"cpu_busy", "mem_used", "ib_tx"}
     assert channels["cpu_busy"][0] == pytest.approx(0.35, abs=0.004)
     assert channels["mem_used"][0] == 300 * 2**30  # whole GiB survive the compact form
+
+
+class RefusingProm:
+    """Prometheus at the adapter boundary: gpu01 GPU 0 busy for every measure, except the
+    queries naming ``refuse``, which fail as Prometheus 2.42 fails them (HTTP 422)."""
+
+    base_url = "http://prom.test"
+
+    def __init__(self, refuse: str) -> None:
+        self.refuse, self.asked = refuse, []
+
+    def query_range(self, expr, start, end, step, **kw):
+        from apps.analysis.timeseries import Series
+        from apps.clusters.adapters.prometheus import QueryResult, _error_for
+
+        self.asked.append(expr)
+        if self.refuse in expr:
+            raise _error_for(422, "execution", "vector cannot contain metrics with the same "
+                                               "labelset", expr)
+        times = [start + i * step for i in range(int((end - start) / step) + 1)]
+        labels = {"Hostname": "gpu01", "gpu": "0", "UUID": "GPU-0", "hpc_job": "101"}
+        return QueryResult("matrix", [Series("", labels, tuple((t, 50.0) for t in times))])
+
+
+def test_a_refused_measure_is_a_partial_archive_naming_the_query_and_the_error(job):
+    """One refused query (issue 17) costs its measure only: the others are stored, and the
+    finished job is partial (fetched again later) with the query and Prometheus's error."""
+    from apps.clusters.adapters.catalogue import Catalogue
+
+    prom = RefusingProm("node_infiniband_port_data_received_bytes_total")
+    metrics = archive.archive_job(job, archive.PrometheusSource(prom, Catalogue()))
+    assert metrics.status == JobMetrics.Status.PARTIAL and metrics.has_data
+    [warning] = metrics.warnings
+    assert warning.startswith("query failed: ib_rx: HTTP 422 execution: vector cannot contain")
+    assert "(query: sum by (instance)" in warning
+    from apps.clusters.adapters.catalogue import JOB_MEASURES
+
+    assert len(prom.asked) == len(JOB_MEASURES) + 12  # every GPU and node measure asked
+    [node] = job.node_metrics.all()
+    assert node.cpu_busy is not None and node.ib_rx_bps is None  # only its own measure lost
+
+
+def test_every_gpu_measure_refused_is_a_failed_archive_not_an_empty_one(job):
+    from apps.clusters.adapters.catalogue import Catalogue
+
+    with pytest.raises(AdapterError, match="every GPU metric query failed"):
+        archive.archive_job(job, archive.PrometheusSource(RefusingProm("DCGM"), Catalogue()))
+    assert "every GPU metric query failed" in JobMetrics.objects.get(job=job).last_error

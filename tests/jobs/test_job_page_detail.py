@@ -159,6 +159,11 @@ def test_a_bad_upload_gives_a_clear_message_and_the_page_stays_up(traced_job, lo
     html = response.content.decode()
     assert "Trace upload refused" in html and words in html
     assert not TraceRun.objects.filter(job=traced_job).exists()
+    # shown at the form (the page opens there), naming the person's file, not a server path
+    assert response.redirect_chain[-1][0].endswith("#trace-upload")
+    form = html[html.index('id="trace-upload"'):]
+    assert "Trace upload refused" in form[:form.index("</form>")]
+    assert "beacon-trace-" not in html and "/tmp" not in html
 
 
 @override_settings(TRACE_MAX_DECOMPRESSED_MB=1)

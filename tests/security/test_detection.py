@@ -67,13 +67,15 @@ def test_running_the_same_window_again_stores_nothing_new(world, tmp_path):
     assert Finding.objects.get().occurrences == 1
 
 
-def test_a_broken_telemetry_file_is_skipped_and_the_other_rules_still_run(world, tmp_path):
+def test_a_broken_telemetry_file_fails_telemetry_and_the_other_rules_still_run(world, tmp_path):
     (tmp_path / "20261102T1200Z.om").write_text('DCGM_FI_DEV_GPU_UTIL{gpu="0" 1\n')
     ingest_sshd(world.cluster, ["Nov  2 12:10:00 gpu01 sshd[7]: Accepted publickey for carol "
                                 "from 10.1.1.1 port 4 ssh2"], reference=START)
     report = run(world, tmp_path)
-    assert not report.telemetry_ok and report.sources["telemetry"].startswith("skipped")
+    assert not report.telemetry_ok and report.sources["telemetry"].startswith("failed")
     assert any("telemetry" in s and "20261102T1200Z.om" in s for s in report.skipped)
+    [failure] = report.failures  # asked for and failed: not a quiet skip
+    assert failure.startswith("telemetry: 20261102T1200Z.om")
     assert Finding.objects.get().rule_key == "ssh_without_allocation"
 
 
@@ -81,6 +83,7 @@ def test_no_telemetry_source_is_recorded_not_fatal(world):
     report = run(world)
     assert report.sources["telemetry"].startswith("skipped: no Prometheus URL")
     assert report.sources["job scripts"] == "skipped: no Slurm backend and no scripts folder"
+    assert report.failures == []  # not set up is not a failure
 
 
 class Scripts:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +69,54 @@ class QueryResult:
     warnings: tuple[str, ...] = ()
     peak_samples: int | None = None
     total_samples: int | None = None
+
+
+@dataclass(frozen=True)
+class QueryFailure:
+    """One query Prometheus could not answer: which measure, the query, and Prometheus's
+    own error text ("HTTP 422 execution: vector cannot contain metrics with the same
+    labelset"). Kept so that the rest of a read goes on, and shown where the read is."""
+
+    measure: str
+    query: str
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.measure}: {self.error} (query: {self.query[:500]})"
+
+
+def read_narrowly(failures: list[QueryFailure], measure: str, expr: str,
+                  call: Callable[[], QueryResult]) -> QueryResult | None:
+    """``call()``, or None with the failure noted in ``failures``: one refused or timed-out
+    query must not cost the other measures of a read (issue 17).
+
+    Prometheus unreachable or unavailable is not narrow: re-raised, since every other
+    query would fail the same way (the task retries later).
+    """
+    try:
+        return call()
+    except TransientAdapterError as exc:
+        if not isinstance(exc, QueryTimeout):
+            raise
+        failures.append(QueryFailure(measure, expr, error_text(exc)))
+    except AdapterError as exc:
+        failures.append(QueryFailure(measure, expr, error_text(exc)))
+    return None
+
+
+def error_text(exc: AdapterError) -> str:
+    """What Prometheus said (``HTTP 422 execution: ...``), else the adapter's message."""
+    first = exc.detail.splitlines()[0] if exc.detail else ""
+    return first if first.startswith("HTTP ") else str(exc)
+
+
+def all_failed(failures: list[QueryFailure], asked: int, what: str) -> AdapterError | None:
+    """The error to raise when every one of ``asked`` queries failed (the source failed,
+    not a measure of it), else None."""
+    if asked and len(failures) >= asked:
+        return AdapterError(f"every {what} query failed ({asked}); first: {failures[0]}",
+                            service=SERVICE, detail="\n".join(map(str, failures))[:2000])
+    return None
 
 
 class PrometheusClient:

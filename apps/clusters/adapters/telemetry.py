@@ -31,7 +31,12 @@ from apps.clusters.adapters.catalogue import (
     MetricSpec,
     group_by_gpu,
 )
-from apps.clusters.adapters.prometheus import PrometheusClient
+from apps.clusters.adapters.prometheus import (
+    PrometheusClient,
+    QueryFailure,
+    all_failed,
+    read_narrowly,
+)
 from apps.clusters.adapters.promql import Matcher, check_job_id, duration, host_of, selector
 
 MAX_POINTS = 300
@@ -81,6 +86,13 @@ class JobTelemetry:
     nodes: dict[str, dict[str, Series]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     peak_samples: int = 0
+    # measures whose query failed while the others were read (also in ``warnings``, so a
+    # finished job's archive is partial and fetched again)
+    failures: list[QueryFailure] = field(default_factory=list)
+
+    def failed(self, failures: list[QueryFailure]) -> None:
+        self.failures += failures
+        self.warnings += [f"query failed: {f}" for f in failures]
 
 
 def plan(window: Window, scrape_interval: float, max_points: int = MAX_POINTS) -> Plan:
@@ -142,12 +154,17 @@ def fetch_nodes(client: PrometheusClient, catalogue: Catalogue, hosts: Iterable[
     p = telemetry.plan
     sel = [Matcher.host(catalogue.node_label, hosts), *_cluster(catalogue)]
     rate_window = duration(max(p.step, 4 * catalogue.scrape_interval))
+    failures: list[QueryFailure] = []
     for name, (expr, _unit) in catalogue.node_queries(sel, rate_window).items():
-        result = client.query_range(expr, p.first, p.window.end, p.step)
+        result = read_narrowly(failures, name, expr, lambda e=expr: client.query_range(
+            e, p.first, p.window.end, p.step))
+        if result is None:
+            continue
         telemetry.warnings.extend(result.warnings)
         for series in result.series:
             host = host_of(series.labels.get(catalogue.node_label, ""))
             telemetry.nodes.setdefault(host, {})[name] = series
+    telemetry.failed(failures)
 
 
 # --- Internals -------------------------------------------------------------------------
@@ -175,14 +192,22 @@ def _fetch(client: PrometheusClient, catalogue: Catalogue, window: Window,
     p = plan(window, catalogue.scrape_interval)
     telemetry = JobTelemetry(p, binding)
     pairs: list[tuple[str, Series]] = []
+    failures: list[QueryFailure] = []
     for measure in measures:
         # One query per metric: functions drop __name__, so a regex over several
         # metrics fails with "vector cannot contain metrics with the same labelset".
+        # A query that fails costs its measure only (read_narrowly); all of them: raised.
         expr = _windowed(catalogue.metric(measure), alternatives, p)
-        result = client.query_range(expr, p.first, p.window.end, p.step, stats=stats)
+        result = read_narrowly(failures, measure, expr, lambda e=expr: client.query_range(
+            e, p.first, p.window.end, p.step, stats=stats))
+        if result is None:
+            continue
         telemetry.warnings.extend(result.warnings)
         telemetry.peak_samples = max(telemetry.peak_samples, result.peak_samples or 0)
         pairs += [(measure, s) for s in result.series]
+    if (failed := all_failed(failures, len(measures), "GPU metric")) is not None:
+        raise failed
+    telemetry.failed(failures)
     key_of = _keyer(catalogue, by_uuid or {})
     grouped = group_by_gpu(pairs, catalogue, key_of)
     telemetry.uuids = _uuids(pairs, catalogue, key_of)

@@ -16,7 +16,7 @@ from apps.accounts.permissions import VIEW
 from apps.analysis.phases import TraceAnalysisError
 from apps.core.api.strict import StrictCursorPagination
 from apps.core.errors import AdapterError
-from apps.jobs import services, traces
+from apps.jobs import presenters, traces
 from apps.jobs.api.serializers import (
     JobDetailSerializer,
     JobFindingSerializer,
@@ -74,13 +74,13 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, filter_backends=[])
     def series(self, request: Request, pk: str | None = None) -> Response:
         """The archived series of every GPU (job-exclusive) and node (node-shared)."""
-        return Response(JobSeriesSerializer(services.series_payload(self.get_object())).data)
+        return Response(JobSeriesSerializer(presenters.series_payload(self.get_object())).data)
 
     @extend_schema(responses=JobFindingSerializer(many=True))
     @action(detail=True, filter_backends=[], pagination_class=None)
     def diagnosis(self, request: Request, pk: str | None = None) -> Response:
         """What to check and whom to talk to, worst first, each with its evidence."""
-        findings = services.findings_for(self.get_object())
+        findings = presenters.findings_for(self.get_object())
         return Response(JobFindingSerializer(findings, many=True).data)
 
     @extend_schema(methods=["GET"], responses=TraceRunSerializer(many=True))

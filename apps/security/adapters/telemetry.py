@@ -26,7 +26,12 @@ from pathlib import Path
 
 from apps.analysis.timeseries import Point, Series, counter_rate
 from apps.clusters.adapters.catalogue import Catalogue
-from apps.clusters.adapters.prometheus import PrometheusClient
+from apps.clusters.adapters.prometheus import (
+    PrometheusClient,
+    QueryFailure,
+    all_failed,
+    read_narrowly,
+)
 from apps.clusters.adapters.promql import (
     Matcher,
     counter_sum,
@@ -78,6 +83,8 @@ class RawTelemetry:
     nodes: dict[str, dict[str, list[Point]]] = field(default_factory=dict)
     ib_devices: dict[str, dict[str, list[Point]]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # queries that failed while the others were read: the rules needing them found nothing
+    failures: list[QueryFailure] = field(default_factory=list)
 
 
 # --- Prometheus --------------------------------------------------------------------------------
@@ -87,23 +94,43 @@ def from_prometheus(client: PrometheusClient, catalogue: Catalogue, start: float
                     step: float) -> RawTelemetry:
     """Every GPU's measures and every node's rates over ``(start, end]``, one point per step.
 
-    Raises ``AdapterError`` (transient for timeouts and an unreachable server).
+    One query per measure; a query Prometheus refuses or times out is noted in
+    ``raw.failures`` and the others are read (``read_narrowly``). Raises ``AdapterError``
+    when Prometheus cannot be reached (transient) or every query failed.
     """
     raw = RawTelemetry(step)
+    queries = {**gpu_queries(catalogue, step), **node_queries(catalogue, step)}
+    for measure, expr in queries.items():
+        result = read_narrowly(raw.failures, measure, expr,
+                               lambda e=expr: client.query_range(e, start + step, end, step))
+        if result is None:
+            continue
+        raw.warnings.extend(result.warnings)
+        if measure in GPU_MEASURES:
+            scale = catalogue.metric(measure).scale
+            raw.gpus.extend((measure, _scaled(s, scale)) for s in result.series)
+        else:
+            _node_series(raw, catalogue, measure, result.series)
+    _sum_devices(raw)
+    if (failed := all_failed(raw.failures, len(queries), "telemetry")) is not None:
+        raise failed
+    return raw
+
+
+def gpu_queries(catalogue: Catalogue, step: float) -> dict[str, str]:
+    """One query per GPU measure, without a job filter (the free GPUs are the point);
+    older metric names are ``or``-ed in after the current one (same labels: the current
+    name wins)."""
     cluster = _cluster(catalogue)
     window = duration(max(step - 0.001, 0.001))
+    queries = {}
     for measure in GPU_MEASURES:
-        spec = catalogue.metric(measure)
         # Memory is read at each instant, not averaged: two jobs' series at one instant then
         # mean two jobs at once (an average would also hold a job that ended mid-step).
         template = "{sel}" if measure == INSTANT_MEASURE else "avg_over_time({sel}[{w}])"
-        expr = " or ".join(template.format(sel=selector(name, *cluster), w=window)
-                           for name in spec.names)
-        result = client.query_range(expr, start + step, end, step)
-        raw.warnings.extend(result.warnings)
-        raw.gpus.extend((measure, _scaled(s, spec.scale)) for s in result.series)
-    _prometheus_nodes(client, catalogue, start, end, step, raw)
-    return raw
+        queries[measure] = " or ".join(template.format(sel=selector(name, *cluster), w=window)
+                                       for name in catalogue.metric(measure).names)
+    return queries
 
 
 def _cluster(catalogue: Catalogue) -> list[Matcher]:
@@ -145,22 +172,17 @@ def node_queries(catalogue: Catalogue, step: float) -> dict[str, str]:
     return queries
 
 
-def _prometheus_nodes(client: PrometheusClient, catalogue: Catalogue, start: float, end: float,
-                      step: float, raw: RawTelemetry) -> None:
-    node = catalogue.node_label
-    for measure, expr in node_queries(catalogue, step).items():
-        result = client.query_range(expr, start + step, end, step)
-        raw.warnings.extend(result.warnings)
-        for series in result.series:
-            host = host_of(series.labels.get(node, ""))
-            if not host:
-                continue
-            if measure == "ib":
-                raw.ib_devices.setdefault(host, {})[series.labels.get("device", "")] = \
-                    list(series.points)
-            else:
-                raw.nodes.setdefault(host, {})[measure] = list(series.points)
-    _sum_devices(raw)
+def _node_series(raw: RawTelemetry, catalogue: Catalogue, measure: str,
+                 series_list: list[Series]) -> None:
+    for series in series_list:
+        host = host_of(series.labels.get(catalogue.node_label, ""))
+        if not host:
+            continue
+        if measure == "ib":
+            raw.ib_devices.setdefault(host, {})[series.labels.get("device", "")] = \
+                list(series.points)
+        else:
+            raw.nodes.setdefault(host, {})[measure] = list(series.points)
 
 
 def _sum_devices(raw: RawTelemetry) -> None:

@@ -524,6 +524,22 @@ def parse_job_environments(text: str) -> dict[str, str]:
     return _sections(_ENV_HEADER, text)
 
 
+def saved_section(text: str, ids: Iterable[str],
+                  environment: bool = False) -> tuple[str, list[str]]:
+    """One job's script (or environment) from a saved file: the file itself when it is
+    bare, or this job's section when it was saved as ``sacct --batch-script -j ID > file``
+    prints it (header line and dashes), so line numbers are the script's own. Returns the
+    text ('' for ``NONE`` or no section of these ids) and the other ids the file holds."""
+    header = _ENV_HEADER if environment else _SCRIPT_HEADER
+    if not header.match(text):
+        return text, []
+    sections = _sections(header, text)
+    wanted = list(dict.fromkeys(ids))
+    mine = next((sections[i] for i in wanted if i in sections), "")
+    others = sorted(set(header.findall(text)) - set(wanted))
+    return mine, others
+
+
 def _sections(header: re.Pattern[str], text: str) -> dict[str, str]:
     parts = header.split(text)
     # parts = [before, id1, body1, id2, body2, ...]

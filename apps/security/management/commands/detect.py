@@ -5,6 +5,10 @@ replay of the simulator's month). Inputs that are not in the database can be giv
 files and are ingested first: ``--sshd-log``, ``--inventory``, ``--probes``; telemetry from
 ``--openmetrics DIR`` instead of Prometheus, job scripts from ``--scripts DIR`` instead of
 Slurm. ``--json`` prints the findings the run created or updated as a JSON list.
+
+Exits 2 (after printing what it found) when a source it was asked to read failed: a
+telemetry query Prometheus refused, Prometheus unreachable, telemetry files unreadable,
+Slurm's job scripts unreadable. The run is recorded ``partial`` with the reasons.
 """
 
 from __future__ import annotations
@@ -76,6 +80,11 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(_found(report), indent=1, default=str))
         else:
             self._summary(report)
+        if report.failures:
+            for failure in report.failures[:20]:
+                self.stderr.write(f"failed: {failure}")
+            raise CommandError(f"{len(report.failures)} source(s) or queries failed; the rules "
+                               "that need them did not run (see above)", returncode=2)
 
     def _ingest(self, cluster: Cluster, opts: dict[str, Any], until: datetime) -> list[str]:
         """Load the input files given; return what they skipped, for the run's record."""

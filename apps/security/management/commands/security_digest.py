@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from apps.core.runs import tracked_run
 from apps.security import notify
 
 
@@ -14,4 +15,7 @@ class Command(BaseCommand):
     help = "Send the pending security findings digest (e-mail and webhook)."
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        self.stdout.write(f"notified {notify.send_digest()} finding(s)")
+        # recorded like the task's run: the next digest reports problems after this one
+        with tracked_run("security.digest") as run:
+            run.stats = {"notified": notify.send_digest()}
+        self.stdout.write(f"notified {run.stats['notified']} finding(s)")
