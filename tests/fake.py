@@ -62,7 +62,6 @@ class FakeSlurm:
     # what the first read after a limit write raises (Slurm took the write, then went away)
     read_fail_after_write: Exception | None = None
     after_write: Callable[[FakeSlurm], None] | None = None  # e.g. another writer races
-    can_cancel: bool = True
     cancel_fail: Exception | None = None  # what cancel_job raises, if anything
     marker: str = "m1"
     unable: dict[Action, str] = field(default_factory=dict)  # what ``cannot`` answers

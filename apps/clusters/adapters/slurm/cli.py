@@ -69,8 +69,6 @@ def _chunks(ids: Iterable[int], size: int = _ID_CHUNK) -> Iterator[list[int]]:
 class SlurmCli:
     """Talks to Slurm through its command-line tools (see the module docstring)."""
 
-    can_cancel = True
-
     cluster: str = ""
     ssh: str = ""
     ssh_options: Sequence[str] = field(default_factory=tuple)

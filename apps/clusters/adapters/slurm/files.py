@@ -101,8 +101,6 @@ def _window_of(name: str) -> tuple[str, datetime, datetime] | None:
 class SlurmFiles:
     """Reads a folder written by ``sacct/squeue/sinfo/scontrol`` (option ``dir``)."""
 
-    can_cancel = False  # saved output: there is no cluster to act on
-
     def __init__(self, folder: Path, cluster: str = "", simulated: bool = False) -> None:
         self.folder = folder
         self.cluster = cluster
@@ -227,8 +225,7 @@ class SlurmFiles:
         return self._saved(job_ids, ".env")
 
     def cancel_job(self, job_id: int) -> None:
-        raise AdapterError("the files backend reads saved output: it cannot cancel jobs",
-                           service="slurm")
+        raise AdapterError(self.cannot(st.Action.CANCEL), service="slurm")
 
     def _display_ids(self) -> dict[int, str]:
         """Raw id -> display id (``4_5``) of every record, read once per version of the
@@ -259,6 +256,9 @@ class SlurmFiles:
     # --- quotas: the saved limits, and simulated writes on top of them --------------------
 
     def cannot(self, action: st.Action) -> str:
+        if action == st.Action.CANCEL:
+            return ("the files backend reads saved Slurm output: it cannot cancel jobs "
+                    "(use the cli or rest backend)")
         if action == st.Action.RECONCILE:
             if not self._windows("sreport"):
                 return (f"no saved sreport output in {self.folder.name}/: the files backend "

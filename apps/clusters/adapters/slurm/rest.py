@@ -112,8 +112,6 @@ CANNOT = {
 class SlurmRest:
     """Talks to slurmrestd over HTTP with a JWT (see the module docstring)."""
 
-    can_cancel = True
-
     url: str
     user: str
     token: str

@@ -251,6 +251,7 @@ class Action(StrEnum):
     QUOTA_PREVIEW = "quota_preview"  # account_limits + set_account_limit(dry_run=True)
     QUOTA_WRITE = "quota_write"  # set_account_limit
     RECONCILE = "reconcile"  # usage_report + job_allocations
+    CANCEL = "cancel"  # cancel_job (the idle-job policy)
 
 
 # --- The interface --------------------------------------------------------------------
@@ -258,10 +259,6 @@ class Action(StrEnum):
 
 class SlurmClient(Protocol):
     """What Beacon asks of a Slurm cluster. Every backend implements all of it."""
-
-    # Capabilities: what a backend can do beyond reading (a backend that cannot raises
-    # AdapterError when asked; callers check first to say "unsupported" in words).
-    can_cancel: bool
 
     def change_marker(self) -> str:
         """One cheap scheduler call whose answer changes when jobs are submitted, start or end.
@@ -333,7 +330,7 @@ class SlurmClient(Protocol):
         """End a pending or running job, as ``scancel <id>`` does (the idle-job policy).
 
         A job that has already ended is not an error. Refusals are ``AdapterError``; a
-        backend without ``can_cancel`` raises one too."""
+        backend that ``cannot(Action.CANCEL)`` raises one too."""
         ...
 
     def cannot(self, action: Action) -> str:
