@@ -18,6 +18,8 @@ from apps.clusters.adapters.slurm.types import Action
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
 
+__all__ = ["Action", "cannot", "client_for", "prometheus_for"]  # Action: for the views
+
 
 def client_for(cluster: Cluster) -> SlurmClient:
     """The cluster's Slurm backend, configured from its row (never from settings)."""
