@@ -164,13 +164,16 @@ def test_without_prometheus_a_running_job_shows_its_stored_metrics_and_queues_no
 
 
 def test_a_running_jobs_header_and_charts_say_why_their_gpu_hours_differ(world, login):
+    import time_machine
+
     job = _running(world.jobs["bob"])
-    metrics = _archive(job)
-    JobMetrics.objects.filter(job=job).update(
-        window_end=metrics.window_end - timedelta(hours=3),
-        allocated_gpu_hours=metrics.allocated_gpu_hours - 8 * 3)  # a snapshot 3 hours old
-    html = login("bob").get(_url(job)).content.decode()
-    header = f"{job.gpu_hours:.1f}"
+    with time_machine.travel(timezone.now(), tick=False):  # the clock stops: exact hours
+        metrics = _archive(job)
+        JobMetrics.objects.filter(job=job).update(
+            window_end=metrics.window_end - timedelta(hours=3),
+            allocated_gpu_hours=metrics.allocated_gpu_hours - 8 * 3)  # a snapshot 3 h old
+        html = login("bob").get(_url(job)).content.decode()
+        header = f"{job.gpu_hours:.1f}"
     assert re.search(rf"<dd>{header}\s+<span class=\"muted\">so far \(Slurm's allocation until "
                      r"now\)", html)
     note = html.split('id="hours-gap">')[1].split("</p>")[0]
