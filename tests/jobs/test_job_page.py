@@ -214,3 +214,15 @@ def test_a_one_gpu_job_never_talks_about_nvlink_or_communication(world, login):
     assert "NVLink" not in html and "communication" not in html.lower().split(
         'id="communication-share"')[1].split("</span>")[0]
     assert 'data-figure="fig-gpu-nvlink"' not in html
+
+
+def test_a_short_jobs_charts_show_its_samples_as_points_and_say_why(world, login):
+    job = world.jobs["bob"]
+    _archive(job)
+    JobMetrics.objects.filter(job=job).update(points=1, step_s=3600.0)
+    html = login("bob").get(_url(job)).content.decode()
+    note = html.split('id="sparse-note">')[1].split("</p>")[0]
+    assert note == ("The telemetry holds one sample every 1 h: this job has 1 sample per GPU, "
+                    "drawn as points (a single reading, not a trend).")
+    JobMetrics.objects.filter(job=job).update(points=120, step_s=30.0)
+    assert 'id="sparse-note"' not in login("bob").get(_url(job)).content.decode()
