@@ -6,7 +6,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DEMO_DIR ?= data/demo
 
-.PHONY: venv venv-dev demo demo-data demo-full demo-full-stop serve test lint bench fuzz
+.PHONY: venv venv-dev demo demo-data demo-full demo-full-stop serve test lint bench fuzz screenshots
 
 # Two stamps: the demo needs only the runtime; tests and benchmarks need the dev tools too.
 $(VENV)/.installed: requirements.txt
@@ -63,3 +63,8 @@ bench: venv-dev
 FUZZ_EXAMPLES ?= 500
 fuzz: venv-dev
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_RANDOM=1 $(PY) -m pytest -q -p no:cacheprovider tests/api/test_fuzz.py
+
+## make screenshots: each persona's main pages on a small simulated demo, in Debian's Chromium,
+## saved into docs/screenshots/ (the README shows them; `make test` takes them too, into test-results/)
+screenshots: venv-dev
+	SCREENSHOTS_TO_DOCS=1 $(PY) -m pytest -q -p no:cacheprovider tests/e2e/test_persona_screens.py

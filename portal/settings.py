@@ -250,6 +250,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc files, served as static files
     "axes",
     "csp",
     "apps.core",
@@ -262,6 +263,8 @@ INSTALLED_APPS = [
     "apps.security",
     "apps.slo",
     "apps.guardrails",
+    "apps.shell",
+    "apps.demo",
 ]
 
 MIDDLEWARE = [
@@ -299,7 +302,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "apps.core.context_processors.navigation",
+                "apps.shell.context_processors.navigation",
             ]
         },
     }
@@ -680,7 +683,7 @@ GUARDRAILS_DIGEST_MIN_GPU_HOURS = env_int("GUARDRAILS_DIGEST_MIN_GPU_HOURS", 1, 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header turns "not signed in" into a 401
-        "rest_framework.authentication.TokenAuthentication",
+        "apps.accounts.tokens.NamedTokenAuthentication",  # named tokens, then DRF's own
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["apps.accounts.permissions.RolePermission"],
@@ -704,6 +707,9 @@ SPECTACULAR_SETTINGS = {
                    "security findings.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
     # Several models have a "status" or "state": name each enum so the schema stays stable.
     "ENUM_NAME_OVERRIDES": {"StatementStatusEnum": "apps.chargeback.models.Statement.Status",

@@ -9,10 +9,16 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path
 from django.views import defaults
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerSplitView,
+)
+
+from apps.core.api.docs import docs_csp
 
 urlpatterns = [
-    path("", include("apps.core.urls")),
+    path("", include("apps.shell.urls")),
     path("", include("apps.accounts.urls")),
     path("", include("apps.clusters.urls")),
     path("", include("apps.jobs.urls")),
@@ -25,6 +31,11 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("portal.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    # Swagger UI and ReDoc from the installed drf-spectacular-sidecar package (no CDN)
+    path("api/docs/", docs_csp(SpectacularSwaggerSplitView.as_view(url_name="api-schema")),
+         name="api-docs"),
+    path("api/redoc/", docs_csp(SpectacularRedocView.as_view(
+        url_name="api-schema", template_name="api/redoc.html")), name="api-redoc"),
 ]
 
 if settings.OIDC_ENABLED:  # /oidc/authenticate/, /oidc/callback/, /oidc/logout/
@@ -41,22 +52,36 @@ def handler400(request: HttpRequest, exception: Exception) -> HttpResponse:
     return defaults.bad_request(request, exception)
 
 
+def handler403(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """People get the portal's page saying why and where to go (apps/core/error_pages.py)."""
+    from apps.core.error_pages import error_page
+
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": str(exception) or "Forbidden."}, status=403)
+    return error_page(request, 403, exception)
+
+
 def handler404(request: HttpRequest, exception: Exception) -> HttpResponse:
-    """API clients get JSON for an unknown URL too, as the schema documents; people get a page."""
+    """API clients get JSON for an unknown URL too, as the schema documents; people get a page
+    in the portal's layout saying why (when known) and where to go."""
+    from apps.core.error_pages import error_page
+
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": "Not found."}, status=404)
-    return defaults.page_not_found(request, exception)
+    return error_page(request, 404, exception)
 
 
 def handler500(request: HttpRequest) -> HttpResponse:
     """A database that cannot be reached is a 503 saying so, with Retry-After; any other
-    uncaught error the usual 500. The page uses no template context (the context
-    processors query the database) and no static files."""
-    from apps.core.views import database_unavailable
+    uncaught error a 500 page in the portal's layout (Django's plain one if the layout
+    cannot be drawn)."""
+    from apps.shell.views import database_unavailable
 
     error = sys.exc_info()[1]
     if isinstance(error, (OperationalError, InterfaceError)):
         return database_unavailable(request, error)
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": "Server error."}, status=500)
-    return defaults.server_error(request)
+    from apps.core.error_pages import server_error
+
+    return server_error(request)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from apps.clusters.adapters.slurm import (
+    Action,
     Association,
     ExitStatus,
     GpuBinding,
@@ -61,9 +62,10 @@ class FakeSlurm:
     # what the first read after a limit write raises (Slurm took the write, then went away)
     read_fail_after_write: Exception | None = None
     after_write: Callable[[FakeSlurm], None] | None = None  # e.g. another writer races
-    can_cancel: bool = True
     cancel_fail: Exception | None = None  # what cancel_job raises, if anything
     marker: str = "m1"
+    unable: dict[Action, str] = field(default_factory=dict)  # what ``cannot`` answers
+    until: datetime | None = None  # ``accounted_until``: None, as a live Slurm
     windowed: bool = False  # jobs_since returns only jobs active at or after since, as sacct
     fail: Exception | None = None
     calls: list[tuple[str, Any]] = field(default_factory=list)
@@ -225,6 +227,12 @@ class FakeSlurm:
                 hook, self.after_write = self.after_write, None
                 hook(self)
         return LimitChange(command, " Modified account associations...", not dry_run)
+
+    def cannot(self, action: Action) -> str:
+        return self.unable.get(action, "")
+
+    def accounted_until(self) -> datetime | None:
+        return self.until
 
 
 # --- Stand-in Slurm commands for the CLI backend -------------------------------------------

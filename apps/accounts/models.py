@@ -118,3 +118,31 @@ class Profile(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"profile of {self.user}"
+
+
+class ApiToken(models.Model):
+    """A named API token of one user ("My API tokens"). Only a SHA-256 of the key is kept:
+    the key is shown once, when it is made, and cannot be read back. Revoking deletes it."""
+
+    PREFIX = "bcn_"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="api_tokens")
+    name = models.CharField(max_length=80, help_text="what the token is for, e.g. 'CI export'")
+    digest = models.CharField(max_length=64, unique=True)
+    hint = models.CharField(max_length=12, help_text="the key's first characters, to tell "
+                                                     "tokens apart")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.hint}…)"
+
+    @staticmethod
+    def digest_of(key: str) -> str:
+        import hashlib
+
+        return hashlib.sha256(key.encode()).hexdigest()

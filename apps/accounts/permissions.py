@@ -21,6 +21,11 @@ VIEW = "view"            # see one's own things (every signed-in, active user)
 VIEW_TEAM = "view_team"  # see a team's jobs, scorecards and statements (leads)
 ADMIN = "admin"          # platform data: clusters, syncs, quotas, rates, findings
 
+# What a refused page says (the 403 page shows it, apps/core/error_pages.py)
+FOR_WHOM = {ADMIN: "this page and its actions are for platform admins",
+            VIEW_TEAM: "this page is for team leads: ask your team's lead or a platform admin",
+            VIEW: "this page needs an active account"}
+
 ROLE_ACTIONS: dict[str, frozenset[str]] = {
     "anonymous": frozenset(),
     Membership.Role.MEMBER: frozenset({VIEW}),
@@ -64,7 +69,7 @@ class ActionRequiredMixin(AccessMixin):
         if request.method not in SAFE_METHODS:
             action = self.write_action or ADMIN
         if not user_can(request.user, action):
-            raise PermissionDenied(f"this page needs the {action!r} permission")
+            raise PermissionDenied(FOR_WHOM.get(action, f"this needs the {action!r} permission"))
         return super().dispatch(request, *args, **kwargs)  # type: ignore[misc]
 
 

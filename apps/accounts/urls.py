@@ -9,4 +9,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("team/", views.MyTeamView.as_view(), name="accounts-my-team"),
     path("teams/<slug:slug>/", views.TeamDetailView.as_view(), name="accounts-team-detail"),
+    path("account/tokens/", views.ApiTokensView.as_view(), name="accounts-tokens"),
+    path("account/tokens/<int:pk>/revoke/", views.ApiTokenRevokeView.as_view(),
+         name="accounts-token-revoke"),
 ]

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib import messages
 from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.views import View
 from django.views.generic import DetailView, TemplateView
 
-from apps.accounts.models import Contact, Membership, Team
-from apps.accounts.permissions import ActionRequiredMixin
+from apps.accounts import tokens
+from apps.accounts.models import ApiToken, Contact, Membership, Team
+from apps.accounts.permissions import VIEW, ActionRequiredMixin
 from apps.jobs.models import Job
 
 
@@ -47,3 +53,39 @@ class TeamDetailView(ActionRequiredMixin, DetailView):
         ctx["state_counts"] = jobs.values("state").annotate(n=Count("pk")).order_by("-n")
         ctx["jobs"] = jobs.select_related("cluster").order_by("-submit_time", "-pk")[:25]
         return ctx
+
+
+class ApiTokensView(ActionRequiredMixin, TemplateView):
+    """ "My API tokens": the user's named tokens; make one (its key is shown once) or revoke
+    one. Every signed-in user may, for their own tokens only."""
+
+    template_name = "accounts/tokens.html"
+    write_action = VIEW
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        ctx["tokens"] = ApiToken.objects.filter(user=self.request.user)
+        ctx["api_root"] = reverse("api:root")
+        return ctx
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        try:
+            token, key = tokens.create(request.user, request.POST.get("name", ""), request)
+        except tokens.TokenError as exc:
+            return self.render_to_response(self.get_context_data(
+                error=str(exc), name=request.POST.get("name", "")), status=400)
+        # rendered, not redirected: the key must never be stored to survive a redirect
+        response = self.render_to_response(self.get_context_data(new_token=token, new_key=key))
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+class ApiTokenRevokeView(ActionRequiredMixin, View):
+    write_action = VIEW
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest, pk: int) -> HttpResponse:
+        token = get_object_or_404(ApiToken.objects.filter(user=request.user), pk=pk)
+        tokens.revoke(token, request)
+        messages.success(request, f"Token “{token.name}” revoked: it no longer works.")
+        return HttpResponseRedirect(reverse("accounts-tokens"), status=303)

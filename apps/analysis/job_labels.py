@@ -6,6 +6,9 @@ as a mapping), the script is a string, the result a plain dict stored in ``Job.l
 Rule kinds:
 - ``first``: the ``value`` of the first pattern that matches (launcher, framework);
 - ``int``: the first capture group of the first pattern that matches, as an integer;
+- ``text``: the first capture group of the first pattern that matches, outer quotes
+  stripped (the ``#SBATCH --output`` path); a rule's ``default`` is stored when a script
+  was given and nothing matched, so its presence says a script was read;
 - ``paths``: every distinct first capture group, in order of appearance (datasets, checkpoints).
 
 Full-line shell comments are ignored, except ``#SBATCH`` lines, so commented-out commands do
@@ -19,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("first", "int", "paths")
+KINDS = ("first", "int", "text", "paths")
 MAX_SCRIPT = 1_000_000  # characters looked at: bounded work for a hostile script
 MAX_PATHS = 20
 
@@ -35,6 +38,7 @@ class LabelRule:
     name: str
     kind: str
     patterns: tuple[Pattern, ...]
+    default: str | None = None  # text rules: stored when a script matched nothing
 
 
 @dataclass(frozen=True)
@@ -53,8 +57,12 @@ def rules_from_dict(data: Mapping[str, Any]) -> LabelRules:
         name, kind = raw.get("name"), raw.get("kind")
         if not name or kind not in KINDS:
             raise ValueError(f"label rule #{i}: needs a name and a kind in {KINDS}")
+        default = raw.get("default")
+        if default is not None and (kind != "text" or not isinstance(default, str)):
+            raise ValueError(f"label rule {name!r}: only a text rule has a (string) default")
         rules.append(LabelRule(name, kind, tuple(_pattern(name, j, p)
-                                                 for j, p in enumerate(raw.get("patterns") or []))))
+                                                 for j, p in enumerate(raw.get("patterns") or [])),
+                               default))
     return LabelRules(version, tuple(rules))
 
 
@@ -82,8 +90,15 @@ def _apply(rule: LabelRule, text: str) -> Any:
     for pattern in rule.patterns:
         match = pattern.regex.search(text)
         if match:
+            if rule.kind == "text":
+                return _unquote(match.group(1))
             return pattern.value if rule.kind == "first" else int(match.group(1))
-    return None
+    return rule.default if text.strip() else None
+
+
+def _unquote(value: str) -> str:
+    return value[1:-1] if len(value) > 1 and value[0] == value[-1] and value[0] in "\"'" \
+        else value
 
 
 def match_labels(script: str, rules: LabelRules) -> dict[str, Any]:

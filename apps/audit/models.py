@@ -33,6 +33,7 @@ class AuditEvent(models.Model):
         CHARGEBACK = "chargeback", "Chargeback change"
         QUOTA = "quota", "Quota change"
         GUARDRAIL = "guardrail", "Idle-job policy"
+        TOKEN = "api_token", "API token"
 
     at = models.DateTimeField(default=timezone.now, db_index=True)
     action = models.CharField(max_length=16, choices=Action.choices, db_index=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from apps.core.figures import legend_below
+
 Figure = dict[str, Any]
 
 PARTS = ("useful", "waiting", "held_idle", "no_process", "unmeasured")
@@ -23,9 +25,9 @@ def team_split(rows: Sequence[tuple[str, dict[str, float]]]) -> Figure:
              "marker": {"color": COLOURS[part]},
              "hovertemplate": f"%{{y}} {LABELS[part]}: %{{x:.1f}} GPU-h<extra></extra>"}
             for part in PARTS]
-    return {"data": data, "layout": {
-        "barmode": "stack", "height": 120 + 28 * len(teams),
+    return {"data": data, "layout": legend_below({
+        "barmode": "stack", "height": 90 + 28 * len(teams),
         "margin": {"l": 110, "r": 20, "t": 10, "b": 40},
         "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)",
         "font": {"size": 12}, "xaxis": {"title": {"text": "GPU-hours"}},
-        "yaxis": {"autorange": "reversed"}, "legend": {"orientation": "h", "y": -0.25}}}
+        "yaxis": {"autorange": "reversed"}})}

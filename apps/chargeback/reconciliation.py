@@ -61,11 +61,18 @@ def reconcile_month(cluster: Cluster, month: date, client: SlurmClient | None = 
     """Run and store one reconciliation of ``month`` up to its last rolled-up hour."""
     now = now or timezone.now()
     period = month_period(month)
+    client = client or client_for(cluster)
     hi = min(period.end, rolled_up_until(now))
+    saved_until = client.accounted_until()  # saved output (files backend) ends there
+    if saved_until is not None and saved_until < hi:
+        hi = saved_until
+        if hi <= period.start:
+            raise ReconcileError(f"{cluster.name}'s saved Slurm accounting ends at "
+                                 f"{saved_until:%Y-%m-%d %H:%M} UTC, before {month:%Y-%m}")
     if hi <= period.start:
         raise ReconcileError(f"{month:%Y-%m} has no complete hour that Slurm rolled up yet")
     with tracked_run("chargeback.reconcile", cluster=cluster, target=f"{month:%Y-%m}") as run:
-        result = reconcile_window(cluster, period.start, hi, client or client_for(cluster), now)
+        result = reconcile_window(cluster, period.start, hi, client, now)
         row = Reconciliation.objects.create(
             cluster=cluster, month=month, window_start=period.start, window_end=hi,
             ok=result.ok, tolerance_min=result.tolerance_min,

@@ -26,7 +26,9 @@ from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin
 from apps.analysis.chargeback import Policy
 from apps.chargeback import charts, reconciliation, services
 from apps.chargeback.models import BillingPeriod, Rate, Reconciliation, Statement
+from apps.clusters import services as cluster_services
 from apps.clusters.models import Cluster
+from apps.clusters.services import Action
 from apps.core.errors import AdapterError
 from apps.jobs.views import HttpResponseSeeOther
 
@@ -66,7 +68,11 @@ class ChargebackHomeView(ActionRequiredMixin, TemplateView):
                    rates=services.rates_in_force(month), currency=settings.CHARGEBACK_CURRENCY,
                    refresh_minutes=settings.CHARGEBACK_REFRESH_EVERY // 60)
         if self.request.user.is_staff:
-            ctx["clusters"] = Cluster.objects.visible_to(self.request.user)
+            clusters = list(Cluster.objects.visible_to(self.request.user))
+            # said before the button is pressed: a backend that cannot reconcile, and why
+            checked = [(c, cluster_services.cannot(c, Action.RECONCILE)) for c in clusters]
+            ctx["clusters"] = [c for c, why in checked if not why]
+            ctx["cannot_reconcile"] = [(c, why) for c, why in checked if why]
             ctx["reconciliations"] = Reconciliation.objects.filter(month=month).select_related(
                 "cluster")[:5]
         return ctx
@@ -222,6 +228,8 @@ class ReconcileView(_AdminPost):
         cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
         if cluster is None:
             return self.done(request, None, ValueError("no such cluster"), where)
+        if why := cluster_services.cannot(cluster, Action.RECONCILE):
+            return self.done(request, None, ValueError(f"{cluster.name}: {why}"), where)
         try:
             row = reconciliation.reconcile_month(cluster, month)
         except (AdapterError, reconciliation.ReconcileError) as exc:

@@ -56,7 +56,8 @@ SYNCED_FIELDS = [
     "het_job_offset", "name", "user_name", "user", "account", "team", "partition", "qos",
     "work_dir", "comment", "state", "wait_reason", "exit_code", "exit_signal", "submit_time",
     "eligible_time", "start_time", "end_time", "time_limit_min", "nodes", "node_count",
-    "cpus", "memory_mb", "gpus", "gpu_shards", "gpu_equivalent", "gpu_types", "tres_alloc",
+    "cpus", "memory_mb", "mem_peak_mb", "gpus", "gpu_shards", "gpu_equivalent", "gpu_types",
+    "tres_alloc",
 ]
 _DIGESTED = [f.attname for f in Job._meta.concrete_fields if f.name in SYNCED_FIELDS]
 _TEXT_LIMITS = {f.name: f.max_length for f in Job._meta.get_fields()
@@ -264,7 +265,8 @@ class JobImporter:
             "eligible_time": job.eligible_time, "start_time": job.start_time,
             "end_time": job.end_time, "time_limit_min": job.time_limit_min,
             "nodes": job.nodes, "node_count": job.node_count, "cpus": job.cpus,
-            "memory_mb": job.memory_mb, "gpus": job.gpus, "gpu_shards": job.gpu_shards,
+            "memory_mb": job.memory_mb, "mem_peak_mb": job.mem_peak_mb, "gpus": job.gpus,
+            "gpu_shards": job.gpu_shards,
             "gpu_equivalent": gpu_equivalent + job.gpu_shards / self.shards_per_gpu,
             "gpu_types": gpu_types, "tres_alloc": job.tres_alloc,
         }

@@ -39,6 +39,10 @@ def load_rules(path: str) -> LabelRules:
         raise ValueError(f"job label rules {path}: {exc}") from exc
 
 
+# Labels every scripted job has (the rules' version, the output paths): not an AI label.
+NOT_AI_LABELS = {"rules", "stdout", "stderr"}
+
+
 def _unlabelled(cluster: Cluster, rules: LabelRules, limit: int | None) -> list[Job]:
     stale = ~Q(labels__has_key="rules") | ~Q(labels__rules=rules.version)
     jobs = Job.objects.filter(stale, cluster=cluster).order_by("-submit_time", "-id")
@@ -65,7 +69,7 @@ def _store(jobs: list[Job], script_of: Callable[[Job], str], rules: LabelRules) 
                     Job.objects.filter(pk__in=[j.pk for j in chunk]).update(
                         labels=chunk[0].labels)
         Job.objects.bulk_update(single, ["labels"], batch_size=500)
-    return sum(1 for j in jobs if len(j.labels) > 1)
+    return sum(1 for j in jobs if set(j.labels) - NOT_AI_LABELS)
 
 
 def label_jobs(cluster: Cluster, client: SlurmClient | None = None,

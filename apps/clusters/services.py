@@ -12,8 +12,13 @@ from django.conf import settings
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.slurm import SlurmClient
 from apps.clusters.adapters.slurm.registry import slurm_client
+
+# Action is re-exported: views ask cannot(cluster, Action.X) without importing an adapter
+from apps.clusters.adapters.slurm.types import Action
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
+
+__all__ = ["Action", "cannot", "client_for", "prometheus_for"]  # Action: for the views
 
 
 def client_for(cluster: Cluster) -> SlurmClient:
@@ -21,8 +26,19 @@ def client_for(cluster: Cluster) -> SlurmClient:
     if cluster.slurm_backend == Cluster.SlurmBackend.NONE:
         raise AdapterError(f"cluster {cluster.name} has no Slurm backend (imports only)",
                            service="slurm")
-    options = {"cluster": cluster.name, **(cluster.slurm_settings or {})}
+    # a simulated cluster's files backend keeps quota writes in its simulated state
+    options = {"cluster": cluster.name, "simulated": cluster.is_simulated,
+               **(cluster.slurm_settings or {})}
     return slurm_client(cluster.slurm_backend, options)
+
+
+def cannot(cluster: Cluster, action: Action) -> str:
+    """Why the cluster's Slurm backend cannot do ``action`` ("" when it can): what a page
+    says in place of the button, before anything is tried."""
+    try:
+        return client_for(cluster).cannot(action)
+    except AdapterError as exc:  # no backend, a backend misconfigured or not installed
+        return str(exc)
 
 
 def prometheus_for(cluster: Cluster) -> PrometheusClient | None:

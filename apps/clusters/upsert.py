@@ -23,8 +23,8 @@ COLUMNS = [
     "array_tasks_pending", "het_job_id", "het_job_offset", "name", "user_name", "user_id",
     "account", "team_id", "partition", "qos", "work_dir", "comment", "state", "wait_reason",
     "exit_code", "exit_signal", "submit_time", "eligible_time", "start_time", "end_time",
-    "time_limit_min", "nodes", "node_count", "cpus", "memory_mb", "gpus", "gpu_shards",
-    "gpu_equivalent", "gpu_types", "tres_alloc", "sync_hash",
+    "time_limit_min", "nodes", "node_count", "cpus", "memory_mb", "mem_peak_mb", "gpus",
+    "gpu_shards", "gpu_equivalent", "gpu_types", "tres_alloc", "sync_hash",
 ]
 _KEY = ("cluster_id", "job_id")
 _JSON_AT = COLUMNS.index("gpu_types")  # the one JSON column: COPY takes it as text

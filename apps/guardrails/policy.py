@@ -32,6 +32,7 @@ from apps.analysis.guardrails_policy import (
 from apps.audit.models import AuditEvent
 from apps.audit.services import record
 from apps.clusters import services as cluster_services
+from apps.clusters.adapters.slurm import Action
 from apps.core.errors import AdapterError
 from apps.guardrails.alerts import local_time, scancel_command
 from apps.guardrails.models import Exemption, Message, PolicyAction
@@ -139,10 +140,10 @@ def _cancel(job: Job, decision: Decision, now: datetime) -> PolicyAction:
         return _record(job, PolicyAction.Action.CANCELLED, decision, now)
     try:
         client = cluster_services.client_for(job.cluster)
-        if not getattr(client, "can_cancel", False):
-            raise AdapterError(f"the {job.cluster.slurm_backend} Slurm backend cannot cancel "
-                               "jobs", service="slurm")
-        client.cancel_job(job.job_id)  # type: ignore[attr-defined]
+        why = client.cannot(Action.CANCEL)
+        if why:
+            raise AdapterError(why, service="slurm")
+        client.cancel_job(job.job_id)
     except AdapterError as exc:
         return _record(job, PolicyAction.Action.CANCEL_FAILED, decision, now, error=str(exc))
     step = _record(job, PolicyAction.Action.CANCELLED, decision, now)

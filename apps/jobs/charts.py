@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from itertools import zip_longest
 from typing import Any
 
+from apps.core.figures import legend_below
+
 Figure = dict[str, Any]
 
 SPLIT_COLOURS = {"useful": "#1a7f37", "waiting": "#b35900", "held_idle": "#c62828",
@@ -49,11 +51,9 @@ def split_bar(hours: Mapping[str, float]) -> Figure:
              "x": [round(hours.get(k, 0.0), 2)], "marker": {"color": SPLIT_COLOURS[k]},
              "hovertemplate": f"{SPLIT_LABELS[k]}: %{{x:.1f}} GPU-h<extra></extra>"}
             for k in SPLIT_LABELS]
-    return {"data": data, "layout": {**_LAYOUT, "height": 170, "barmode": "stack",
-                                     "margin": {**_LAYOUT["margin"], "l": 20},
-                                     "title": _title("Allocated GPU-hours by use"),
-                                     "yaxis": {"showticklabels": False},
-                                     "legend": {"orientation": "h", "y": -0.4}}}
+    return {"data": data, "layout": legend_below({
+        **_LAYOUT, "height": 140, "barmode": "stack", "margin": {**_LAYOUT["margin"], "l": 20},
+        "title": _title("Allocated GPU-hours by use"), "yaxis": {"showticklabels": False}})}
 
 
 def gpu_heatmap(rows: Sequence[tuple[str, Sequence[float | None]]], start: float, step: float,
@@ -112,6 +112,8 @@ def series_lines(rows: Sequence[tuple[str, Sequence[float | None]]], start: floa
              "line": {"width": 3 if label in highlight else 1.2},
              "hovertemplate": f"{label} %{{x}}<br>%{{y:.3~f}} {unit}<extra></extra>"}
             for label, values in rows]
+    # The legend stays at the right, clear of both axis titles: grouped by node, Plotly stacks
+    # a group's entries even in a horizontal legend, so below the plot it would not fit.
     return {"data": data, "layout": {
         **_LAYOUT, "height": 240, "margin": {**_LAYOUT["margin"], "t": 36},
         "title": _title(title, scope),
@@ -177,11 +179,11 @@ def waiting_bars(rows: Sequence[tuple[str, float, float]], stragglers: Sequence[
          "y": [round(c * 100, 1) for _, c, _ in rows], "marker": {"color": "#1a7f37"}},
         {"type": "bar", "name": "busy, waiting", "x": labels,
          "y": [round(w * 100, 1) for _, _, w in rows], "marker": {"color": colour}},
-    ], "layout": {**_LAYOUT, "barmode": "stack", "height": 250,
-                  "margin": {**_LAYOUT["margin"], "t": 60},
-                  "title": _title("Computing and waiting per GPU"),
-                  "yaxis": {"range": [0, 100], "ticksuffix": "%"},
-                  "xaxis": {"type": "category"}, "legend": {"orientation": "h", "y": 1.15}}}
+    ], "layout": legend_below({**_LAYOUT, "barmode": "stack", "height": 250,
+                               "margin": {**_LAYOUT["margin"], "t": 40},
+                               "title": _title("Computing and waiting per GPU"),
+                               "yaxis": {"range": [0, 100], "ticksuffix": "%"},
+                               "xaxis": {"type": "category"}})}
 
 
 def phase_bars(ranks: Sequence[tuple[int, Mapping[str, float]]], straggler: int | None,
@@ -195,13 +197,53 @@ def phase_bars(ranks: Sequence[tuple[int, Mapping[str, float]]], straggler: int 
              "marker": {"color": PHASE_COLOURS[p]},
              "hovertemplate": f"%{{y}}<br>{PHASE_LABELS[p]}: %{{x:.1f}} ms<extra></extra>"}
             for p in PHASE_COLOURS]
-    return {"data": data, "layout": {
+    # time under annotations that map to no phase, by their own names (largest first)
+    extra: dict[str, float] = {}
+    for _, phases in ranks:
+        for name, ms in phases.items():
+            if name not in PHASE_COLOURS:
+                extra[name] = extra.get(name, 0.0) + ms
+    for i, name in enumerate(sorted(extra, key=lambda n: -extra[n])[:8]):
+        data.append({"type": "bar", "orientation": "h", "name": name, "y": labels,
+                     "x": [round(phases.get(name, 0.0), 2) for _, phases in ranks],
+                     "marker": {"color": _ANNOTATION_COLOURS[i % len(_ANNOTATION_COLOURS)]},
+                     "hovertemplate": "%{y}<br>" + name.replace("%", "%%")
+                                      + ": %{x:.1f} ms<extra></extra>"})
+    return {"data": data, "layout": legend_below({
         **_LAYOUT, "barmode": "stack", "height": max(180, 70 + 24 * len(ranks)),
         "margin": {**_LAYOUT["margin"], "l": 190},
         "title": _title("Mean step per rank, from the job's traces"),
         "xaxis": {"title": {"text": "ms per step"}},
-        "yaxis": {"autorange": "reversed", "type": "category"},
-        "legend": {"orientation": "h", "y": -0.25}}}
+        "yaxis": {"autorange": "reversed", "type": "category"}}, rows=2)}
+
+
+_ANNOTATION_COLOURS = ["#d4a017", "#c2185b", "#5d4037", "#7986cb", "#4db6ac", "#a1887f"]
+GPU_PARTS = (("compute", "compute kernels", "#1a7f37"),
+             ("exposed", "communication not under compute (exposed)", "#b35900"),
+             ("memory", "memory copies only", "#7986cb"),
+             ("idle", "idle: no kernel, no copy", "#d0d5dd"))
+
+
+def gpu_bars(ranks: Sequence[tuple[str, Mapping[str, float]]]) -> Figure:
+    """Per rank, the GPU's own account of a mean step (stacked, ms): compute, exposed
+    communication, memory copies alone and idle add up to the GPU step. Communication
+    hidden under compute is in the hover text: it costs the step nothing."""
+    data = []
+    for key, name, colour in GPU_PARTS:
+        data.append({
+            "type": "bar", "orientation": "h", "name": name, "y": [r for r, _ in ranks],
+            "x": [round(parts.get(key, 0.0), 2) for _, parts in ranks],
+            "customdata": [round(parts.get("hidden", 0.0), 2) for _, parts in ranks],
+            "marker": {"color": colour},
+            "hovertemplate": f"%{{y}}<br>{name}: %{{x:.1f}} ms"
+                             + (" (communication hidden under it: %{customdata:.1f} ms)"
+                                if key == "compute" else "") + "<extra></extra>"})
+    return {"data": data, "layout": legend_below({
+        **_LAYOUT, "barmode": "stack", "height": max(170, 70 + 24 * len(ranks)),
+        "margin": {**_LAYOUT["margin"], "l": 190},
+        "title": _title("What the GPU did in a mean step, per rank (kernels)"),
+        "xaxis": {"title": {"text": "ms per GPU step"}},
+        "yaxis": {"autorange": "reversed", "type": "category"}}, rows=2)}
 
 
 def _rank_label(rank: int, straggler: int | None, phase: str, waiting: Sequence[int]) -> str:

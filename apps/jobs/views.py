@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views import View
@@ -82,8 +82,11 @@ class JobDetailView(ActionRequiredMixin, DetailView):
         return Job.objects.visible_to(self.request.user).select_related("cluster", "team", "user")
 
     def get_object(self, queryset: QuerySet[Job] | None = None) -> Job:
-        return get_object_or_404(self.get_queryset(), cluster__name=self.kwargs["cluster"],
-                                 job_id=self.kwargs["job_id"])
+        cluster, job_id = self.kwargs["cluster"], self.kwargs["job_id"]
+        job = self.get_queryset().filter(cluster__name=cluster, job_id=job_id).first()
+        if job is None:
+            raise Http404(missing_job(cluster, job_id))
+        return job
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
@@ -98,7 +101,9 @@ class JobDetailView(ActionRequiredMixin, DetailView):
             if job.array_job_id else []
         )
         ctx.update(_metrics_card(job))
+        ctx.update(presenters.ending_card(job))
         ctx.update(presenters.traces_panel(job))
+        presenters.link_stragglers(ctx)
         ctx["upload_limit_mb"] = settings.TRACE_UPLOAD_MAX_MB
         ctx.update(simulated_banner(job.cluster))
         ctx["detection_problems"] = _detection_problems(job)
@@ -112,6 +117,17 @@ def _detection_problems(job: Job) -> list[Any]:
 
     problem = detection_problem(job.cluster)
     return [problem] if problem else []
+UPLOAD_TAG = "trace-upload"  # messages shown at the upload form, not in the top banner
+
+
+def missing_job(cluster: str, job_id: int) -> str:
+    """Why a job page is a 404: the job belongs to another team, or Beacon has no such job.
+    (Slurm shows every job id to every user, so naming the first case hides nothing.)"""
+    if Job.objects.filter(cluster__name=cluster, job_id=job_id).exists():
+        return (f"job {job_id} on {cluster} belongs to another team: its owner, the team's "
+                "leads and platform admins can open it")
+    return (f"Beacon has no job {job_id} on {cluster}: it may not be synced yet (new jobs "
+            "appear within a minute or two), or the id or cluster is mistyped")
 
 
 def _metrics_card(job: Job) -> dict[str, Any]:
@@ -155,7 +171,10 @@ class JobTraceUploadView(ActionRequiredMixin, View):
             # the body's size was checked before it was read (TraceUploadLimitMiddleware)
             run = traces.import_uploads(job, request.FILES.getlist("files"))
         except (traces.UploadRefused, AdapterError, TraceAnalysisError) as exc:
-            messages.error(request, f"Trace upload refused: {exc}")
+            # shown at the upload form (the page opens there), not in the page's top banner
+            messages.error(request, f"Trace upload refused: {exc}", extra_tags=UPLOAD_TAG)
+            return HttpResponseSeeOther(reverse("jobs-detail", args=[cluster, job_id]) +
+                                        "#trace-upload")
         else:
             messages.success(request, f"Traces analysed: {run.world_size} ranks, {run.steps} "
                                       f"steps. {_straggler_words(run)}")

@@ -395,6 +395,24 @@ def detect_drift(cluster: Cluster, now: datetime) -> int:
     return found
 
 
+def simulate_outside_change(account: SlurmAccount, client: SlurmClient | None = None,
+                            now: datetime | None = None) -> str:
+    """On a simulated cluster only: move the account's limit in the simulated Slurm by 10
+    GPU-hours (as an admin typing ``sacctmgr`` by hand would, nothing recorded), then run the
+    periodic check, which reads it back and records the drift. Says what happened."""
+    if not account.cluster.is_simulated:
+        raise QuotaError("outside changes are simulated on simulated clusters only")
+    now = now or timezone.now()
+    client = client or cluster_services.client_for(account.cluster)
+    held = _live(client, account).grp_tres_mins.get(TRES)
+    moved = (held or 0) + 600
+    client.set_account_limit(account.name, TRES, moved)
+    stats = check_cluster(account.cluster, client, now)
+    return (f"Simulated: {account.name}'s limit was changed in the simulated Slurm from "
+            f"{_fmt(held)} to {_fmt(moved)} outside the portal; the check found "
+            f"{stats['drift']} new drift{'s' if stats['drift'] != 1 else ''}.")
+
+
 # --- Usage, forecast, warnings ---------------------------------------------------------
 
 

@@ -17,7 +17,9 @@ from django.views.generic import TemplateView
 from apps.accounts.models import Team
 from apps.accounts.permissions import ADMIN, ActionRequiredMixin
 from apps.chargeback.services import ChargebackError, current_month, parse_month
+from apps.clusters import services as cluster_services
 from apps.clusters.models import SlurmAccount
+from apps.clusters.services import Action
 from apps.core.errors import AdapterError
 from apps.jobs.views import HttpResponseSeeOther
 from apps.quotas import services
@@ -69,7 +71,7 @@ class QuotaEditView(ActionRequiredMixin, TemplateView):
         ctx.update(account=account, month=self._month(self.request.GET),
                    changes=QuotaChange.objects.filter(account=account).select_related(
                        "actor")[:50],
-                   usage=services.usage_for([account])[0])
+                   usage=services.usage_for([account])[0], **_abilities(account))
         return ctx
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
@@ -78,7 +80,10 @@ class QuotaEditView(ActionRequiredMixin, TemplateView):
         ctx: dict[str, Any] = {"account": account, "month": month, "hours": data.get("hours", ""),
                                "reason": data.get("reason", ""), "usage":
                                services.usage_for([account])[0],
-                               "changes": QuotaChange.objects.filter(account=account)[:50]}
+                               "changes": QuotaChange.objects.filter(account=account)[:50],
+                               **_abilities(account)}
+        if data.get("step") == "outside_change":
+            return self._outside_change(request, account)
         if data.get("step") == "apply":
             return self._apply(request, account, month, ctx)
         try:
@@ -107,6 +112,26 @@ class QuotaEditView(ActionRequiredMixin, TemplateView):
         messages.success(request, f"{account.name} {month:%Y-%m}: {quota.gpu_hours_text} "
                                   f"{word}.")
         return HttpResponseSeeOther(reverse("quotas-home"))
+
+
+    def _outside_change(self, request: HttpRequest, account: SlurmAccount) -> HttpResponse:
+        """Demo only: change the simulated Slurm limit as an admin with sacctmgr would, then
+        run the periodic check, which finds the drift."""
+        try:
+            text = services.simulate_outside_change(account)
+        except (services.QuotaError, AdapterError) as exc:
+            messages.error(request, f"Nothing changed: {exc}")
+        else:
+            messages.warning(request, text)
+        return HttpResponseSeeOther(reverse("quotas-edit", args=[account.pk]))
+
+
+def _abilities(account: SlurmAccount) -> dict[str, Any]:
+    """What the cluster's Slurm backend can do here, said before a button is pressed."""
+    cluster = account.cluster
+    return {"cannot_preview": cluster_services.cannot(cluster, Action.QUOTA_PREVIEW),
+            "cannot_write": cluster_services.cannot(cluster, Action.QUOTA_WRITE),
+            "simulated": cluster.is_simulated}
 
 
 def _optional_int(raw: str) -> int | None:

@@ -60,7 +60,7 @@ from apps.core.batch import forked
 from apps.core.errors import AdapterError
 from apps.jobs.archive import catalogue_for
 from apps.jobs.models import Job, JobGpu
-from apps.security import findings
+from apps.security import findings, saved_scripts
 from apps.security.adapters import telemetry
 from apps.security.frames import Grid, build_frame
 from apps.security.models import (
@@ -432,8 +432,14 @@ def _job_texts(cluster: Cluster, since: datetime, until: datetime, sources: Sour
 def _fetch_scripts(cluster: Cluster, jobs: list[Job], sources: Sources,
                    report: RunReport) -> dict[int, list[tuple[str, str]]]:
     if sources.scripts is not None:
-        report.sources["job scripts"] = f"folder {sources.scripts}"
-        return {job.job_id: _script_files(sources.scripts, job.job_id) for job in jobs}
+        saved = saved_scripts.read_folder(sources.scripts)
+        found = {job.job_id: saved.texts(job.job_id, job.display_id) for job in jobs}
+        report.sources["job scripts"] = (f"folder {sources.scripts} ("
+                                         f"{sum(1 for f in found.values() if f)} of {len(jobs)} "
+                                         f"jobs had a script or environment)")
+        for problem in saved.problems:
+            report.skip(f"job scripts: {problem}")
+        return found
     client = sources.slurm
     if client is None:
         client = cluster_services.client_for(cluster)
@@ -453,18 +459,6 @@ def _fetch_scripts(cluster: Cluster, jobs: list[Job], sources: Sources,
             if job.display_id in texts:
                 found.setdefault(job.job_id, []).append((source,
                                                          texts[job.display_id][:MAX_TEXT]))
-    return found
-
-
-def _script_files(folder: Path, job_id: int) -> list[tuple[str, str]]:
-    """``<id>.sh`` (``sacct --batch-script``) and ``<id>.env`` (``--env-vars``), if saved."""
-    found = []
-    for suffix, source in ((".sh", "batch script"), (".env", "environment")):
-        try:
-            with (folder / f"{job_id}{suffix}").open(errors="replace") as f:
-                found.append((source, f.read(MAX_TEXT)))
-        except OSError:
-            continue
     return found
 
 

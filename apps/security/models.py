@@ -142,6 +142,7 @@ class Advisory(TimeStampedModel):
 
     class Meta:
         ordering = ["software", "cves"]
+        verbose_name_plural = "advisories"  # not Django's "advisorys"
 
     def __str__(self) -> str:
         return f"{self.software} < {self.fixed_versions} ({self.cves})"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from apps.core.figures import legend_below
+
 Figure = dict[str, Any]
 
 STATUS_COLOURS = {"ok": "#1a7f37", "slow_burn": "#b35900", "fast_burn": "#c62828",
@@ -36,15 +38,14 @@ def trend(points: Sequence[Mapping[str, Any]], target: float, name: str) -> Figu
              "line": {"color": "#b35900", "width": 2}, "marker": {"size": 4},
              "hovertemplate": "%{x}: %{y:.0f}% of the budget left<extra></extra>"},
         ],
-        "layout": {
+        "layout": legend_below({
             "height": 240, "margin": {"l": 50, "r": 55, "t": 10, "b": 40},
             "paper_bgcolor": "rgba(0,0,0,0)", "plot_bgcolor": "rgba(0,0,0,0)",
             "font": {"size": 12}, "bargap": 0.15, "showlegend": True,
-            "legend": {"orientation": "h", "y": -0.25},
             "yaxis": {"title": {"text": "SLI"}, "ticksuffix": "%", "rangemode": "tozero"},
             "yaxis2": {"title": {"text": "budget"}, "ticksuffix": "%", "overlaying": "y",
                        "side": "right", "zeroline": True, "zerolinecolor": "#c62828"},
-        },
+        }),
     }
 
 

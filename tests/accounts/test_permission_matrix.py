@@ -101,6 +101,16 @@ def _quota_change(w: Any) -> dict[str, Any]:
 
 
 RATE: Args = _rate
+
+
+def _bobs_token(w: Any) -> dict[str, Any]:
+    from apps.accounts.models import ApiToken
+
+    token = ApiToken.objects.create(user=w.users["bob"], name="ci", digest="0" * 64, hint="bcn_x")
+    return {"pk": token.pk}
+
+
+BOBS_TOKEN: Args = _bobs_token
 QUOTA_CHANGE: Args = _quota_change
 
 
@@ -216,6 +226,14 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("get", "api:taskrun-list", NO_ARGS, admin_only(anon=401)),
     ("get", "api:taskrun-detail", RUN, admin_only(anon=401)),
     ("get", "api-schema", NO_ARGS, everyone(200, anon=200)),
+    ("get", "api-docs", NO_ARGS, everyone(200, anon=200)),
+    ("get", "api-redoc", NO_ARGS, everyone(200, anon=200)),
+    ("get", "api:root", NO_ARGS, everyone(200, anon=200)),
+    # my API tokens: each their own; an empty name is refused on the form (400)
+    ("get", "accounts-tokens", NO_ARGS, everyone(200)),
+    ("post", "accounts-tokens", NO_ARGS, everyone(400)),
+    ("post", "accounts-token-revoke", BOBS_TOKEN, {**everyone(404), "bob": 303}),
+    ("get", "accounts-token-revoke", BOBS_TOKEN, everyone(405)),
     ("get", "admin:index", NO_ARGS, {**everyone(302), "staff": 200}),
     ("get", "audit-list", NO_ARGS, admin_only()),
     ("get", "chargeback-home", NO_ARGS, everyone(200)),

@@ -56,10 +56,34 @@ WRAP = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\nsleep 30\n"
     (JAX, {"launcher": "srun", "framework": "jax", "nodes": 8}),
     (COMMENTED, {}),
     (WRAP, {}),
-    ("", {}),
 ])
 def test_labels_from_scripts(script, expected):
-    assert match_labels(script, RULES) == {**expected, "rules": RULES.version}
+    # a script without #SBATCH --output writes to Slurm's default: "" says so
+    assert match_labels(script, RULES) == {**expected, "stdout": "", "rules": RULES.version}
+
+
+def test_no_script_gives_no_labels_not_even_the_default_output():
+    assert match_labels("", RULES) == {"rules": RULES.version}
+
+
+@pytest.mark.parametrize(("lines", "stdout", "stderr"), [
+    ("#SBATCH --output=%x-%j.out", "%x-%j.out", None),
+    ("#SBATCH -o /scratch/%u/%j.log\n#SBATCH -e /scratch/%u/%j.err", "/scratch/%u/%j.log",
+     "/scratch/%u/%j.err"),
+    ("#SBATCH --output \"/home/me/my logs/%j.out\"\n#SBATCH --error='err-%j'",
+     "/home/me/my logs/%j.out", "err-%j"),
+    ("#SBATCH -o%j.out", "%j.out", None),
+    ("#SBATCH --open-mode=append\n#SBATCH --exclusive", "", None),  # neither is -o / -e
+    ("# SBATCH --output=ignored.out\necho", "", None),  # not an sbatch line
+])
+def test_the_scripts_output_lines_are_labels(lines, stdout, stderr):
+    labels = match_labels(f"#!/bin/bash\n{lines}\npython train.py\n", RULES)
+    assert labels["stdout"] == stdout and labels.get("stderr") == stderr
+
+
+def test_only_a_text_rule_takes_a_default():
+    with pytest.raises(ValueError, match="only a text rule"):
+        rules_from_dict({"version": 1, "labels": [{"name": "x", "kind": "int", "default": "1"}]})
 
 
 def test_a_huge_hostile_script_is_bounded():

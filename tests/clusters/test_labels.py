@@ -28,7 +28,8 @@ def test_it_labels_jobs_from_their_scripts(synced):
     megatron = Job.objects.get(job_id=21).labels
     assert (megatron["launcher"], megatron["framework"], megatron["tensor_parallel"]) == (
         "torchrun", "megatron-lm", 4)
-    assert Job.objects.get(job_id=5).labels == {"rules": 1}  # a --wrap script: looked at
+    # a --wrap script: looked at; no #SBATCH --output ("": Slurm's default or the command line)
+    assert Job.objects.get(job_id=5).labels == {"rules": 2, "stdout": ""}
 
 
 def test_labelled_jobs_are_not_fetched_again(synced):

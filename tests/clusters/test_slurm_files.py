@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from apps.clusters import sync
+from apps.clusters.adapters.slurm import parse
 from apps.clusters.adapters.slurm.registry import slurm_client
 from apps.clusters.models import Cluster, Node, Partition
 from apps.core.errors import AdapterError
@@ -89,6 +90,19 @@ def test_saved_scripts_are_keyed_by_the_display_ids_of_the_current_files(dumps):
     doc["jobs"] = [j for j in doc["jobs"] if j["job_id"] != 25]
     (dumps / "sacct.json").write_text(json.dumps(doc) + "\n\n")
     assert sorted(files.job_scripts([4, 5, 25])) == ["25", "4_5", "5"]
+
+
+def test_saved_scripts_may_be_kept_as_sacct_prints_them(dumps):
+    """``sacct --batch-script -j 5 > scripts/5.sh`` (header and dashes) reads as the bare
+    script, like the cli backend's; a saved ``NONE`` is no script."""
+    (dumps / "scripts").mkdir()
+    recorded = (FIXTURES / "sacct_batch_script.txt").read_text()
+    five = recorded[:recorded.index("Batch Script for 19+0")]
+    (dumps / "scripts" / "5.sh").write_text(five)
+    (dumps / "scripts" / "21.sh").write_text("Batch Script for 21\n" + "-" * 80 + "\nNONE\n\n")
+    scripts = slurm_client("files", {"dir": str(dumps)}).job_scripts([5, 21])
+    assert scripts == {"5": parse.parse_batch_scripts(recorded)["5"]}
+    assert scripts["5"].startswith("#!/bin/sh\n# This script was created by sbatch --wrap.")
 
 
 def test_a_missing_folder_or_file_is_a_clear_error(tmp_path):

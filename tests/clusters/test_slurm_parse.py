@@ -116,6 +116,27 @@ def test_it_reads_the_tres_it_counts(window):
 # --- what the window misses: sacct -j ------------------------------------------------
 
 
+def test_it_reads_the_recorded_memory_peaks(window):
+    # MaxRSS in bytes: 4,161,536 for job 17's python; sleep jobs about 230 KB
+    assert window[17].mem_peak_mb == pytest.approx(3.969, abs=0.001)
+    assert window[3].mem_peak_mb == pytest.approx(0.223, abs=0.001)
+    # a step killed before the accounting gathered anything records 0: not a measured peak
+    assert window[22].mem_peak_mb is None and window[5].mem_peak_mb is None
+
+
+def test_the_memory_peak_is_the_largest_maxrss_of_the_steps():
+    raw = json.loads((FIXTURES / "sacct_window.json").read_text())["jobs"]
+    record = next(r for r in raw if r["job_id"] == 22)  # OUT_OF_MEMORY: its batch step
+    record["steps"].append(json.loads(json.dumps(record["steps"][0])))  # and a second one
+    for step, peak in zip(record["steps"], (50 * 2**20, 96 * 2**20), strict=True):
+        for item in step["tres"]["requested"]["max"]:
+            if item["type"] == "mem":
+                item["count"] = peak
+    job = parse.parse_sacct_job(record)
+    assert job.mem_peak_mb == 96.0
+    assert job.memory_mb == 100  # the request, for the page's "peak of request"
+
+
 def test_it_reads_the_pending_remainder_of_an_array():
     jobs = [j for j in _jobs("sacct_by_id.json") if isinstance(j, SlurmJob)]
     remainder = next(j for j in jobs if j.job_id == 28)

@@ -24,8 +24,8 @@ from django.test import Client
 from django.urls import reverse
 
 from apps.chargeback.models import Rate, Statement
-from apps.core import demo
 from apps.core.models import TaskRun
+from apps.demo import loader as demo
 from apps.jobs.models import Job, JobMetrics
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]

@@ -1,5 +1,5 @@
 """``cancel_job`` on each Slurm backend: scancel (cli), DELETE job (rest), unsupported
-(files, pyslurm) said through the ``can_cancel`` capability and an AdapterError."""
+(files, pyslurm) said by ``cannot(Action.CANCEL)`` and an AdapterError."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from apps.clusters.adapters.slurm import Action
 from apps.clusters.adapters.slurm.cli import SlurmCli
 from apps.clusters.adapters.slurm.files import SlurmFiles
 from apps.clusters.adapters.slurm.pyslurm import SlurmPyslurm
@@ -26,7 +27,7 @@ def _cli(tmp_path: Path, body: str) -> SlurmCli:
 
 def test_cli_cancels_with_scancel(tmp_path):
     cli = _cli(tmp_path, "exit 0")
-    assert cli.can_cancel
+    assert cli.cannot(Action.CANCEL) == ""
     cli.cancel_job(4242)
     assert (tmp_path / "argv.log").read_text().split() == ["scancel", "-M", "devcluster", "4242"]
 
@@ -76,7 +77,7 @@ def _rest(url: str) -> SlurmRest:
 
 def test_rest_cancels_with_delete_job(server):
     rest = _rest(server)
-    assert rest.can_cancel
+    assert rest.cannot(Action.CANCEL) == ""
     rest.cancel_job(99)
     assert DELETED[-1] == "/slurm/v0.0.38/job/99"
 
@@ -99,6 +100,6 @@ def test_rest_unreachable_is_transient():
 @pytest.mark.parametrize("client", [SlurmFiles(Path("/nonexistent")), SlurmPyslurm()],
                          ids=["files", "pyslurm"])
 def test_read_only_backends_say_they_cannot_cancel(client):
-    assert client.can_cancel is False
+    assert client.cannot(Action.CANCEL)
     with pytest.raises(AdapterError, match=r"cannot cancel|cancelling jobs"):
         client.cancel_job(1)

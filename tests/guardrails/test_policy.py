@@ -10,6 +10,7 @@ import pytest
 from django.core import mail
 
 from apps.audit.models import AuditEvent
+from apps.clusters.adapters.slurm import Action
 from apps.core.errors import AdapterError
 from apps.guardrails import services
 from apps.guardrails.models import Exemption, PolicyAction
@@ -115,7 +116,7 @@ def test_dry_run_records_what_it_would_do_and_does_nothing(running, slurm, setti
 
 
 def test_a_backend_that_cannot_cancel_is_a_recorded_failure(running, slurm, enforce):
-    slurm.can_cancel = False
+    slurm.unable[Action.CANCEL] = "the files backend reads saved Slurm output: it cannot cancel"
     check(running, 2.6)
     check(running, 3.7)
     failed = PolicyAction.objects.get(job=running, action="cancel_failed")

@@ -198,3 +198,16 @@ def test_the_card_says_how_much_of_the_waiting_was_communication(world, login):
                         force=True)  # no traffic series at all
     html = login("bob").get(_url(job)).content.decode()
     assert "communication not measured" in html
+
+
+def test_a_one_gpu_job_never_talks_about_nvlink_or_communication(world, login):
+    job = world.jobs["bob"]
+    job.gpus, job.gpu_equivalent, job.gpu_types = 1, 1.0, {"h100": 1}
+    job.save()
+    archive.archive_job(job, FakeSource({GpuKey("gpu01", 0): {**WAITING, "nvlink_tx": 3e10,
+                                                              "pcie_rx": 2e9}}))
+    html = login("bob").get(_url(job)).content.decode()
+    assert "waiting" in html and "one GPU: no peer to wait for" in html
+    assert "NVLink" not in html and "communication" not in html.lower().split(
+        'id="communication-share"')[1].split("</span>")[0]
+    assert 'data-figure="fig-gpu-nvlink"' not in html

@@ -101,6 +101,9 @@ class Job(models.Model):
     node_count = models.IntegerField(default=0)
     cpus = models.IntegerField(default=0)
     memory_mb = models.BigIntegerField(default=0)
+    mem_peak_mb = models.FloatField(
+        null=True, blank=True,
+        help_text="Largest task's peak resident memory over the steps (sacct MaxRSS)")
     gpus = models.IntegerField(default=0, help_text="Allocated gres/gpu (whole GPUs)")
     gpu_shards = models.IntegerField(default=0, help_text="Allocated gres/shard")
     gpu_equivalent = models.FloatField(default=0, help_text="GPUs, counting shards by fraction")

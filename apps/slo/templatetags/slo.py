@@ -3,6 +3,7 @@ blocks other pages include (a team's SLO status on its page; the worst budgets o
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django import template
@@ -10,24 +11,36 @@ from django import template
 from apps.slo.models import Scorecard
 
 register = template.Library()
+NONE = "—"
+
+
+def _number(value: Any) -> float | None:
+    """A finite number, or None for what a template may hand a filter instead: None, the
+    empty string Django gives for a missing key (a scorecard without data has no ``p50``),
+    text, NaN."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
 STATUS_WORDS = {"ok": "ok", "slow_burn": "burning slowly", "fast_burn": "burning fast",
                 "breached": "breached", "no_data": "no data"}
 
 
 @register.filter
-def pct(value: float | None, digits: int = 1) -> str:
+def pct(value: Any, digits: int = 1) -> str:
     """A share as a percentage (``97.3%``), ``—`` when there is none."""
-    if value is None:
-        return "—"
-    return f"{value * 100:.{int(digits)}f}%"
+    number = _number(value)
+    if number is None:
+        return NONE
+    return f"{number * 100:.{int(digits)}f}%"
 
 
 @register.filter
-def seconds(value: float | None) -> str:
+def seconds(value: Any) -> str:
     """``2d 3h``, ``3h 05m``, ``12m``: a wait or a span given in seconds."""
-    if value is None:
-        return "—"
-    total = round(value)
+    number = _number(value)
+    if number is None or number < 0:
+        return NONE
+    total = round(number)
     days, rest = divmod(total, 86400)
     hours, rest = divmod(rest, 3600)
     minutes = rest // 60
@@ -37,9 +50,10 @@ def seconds(value: float | None) -> str:
 
 
 @register.filter
-def gpu_hours(value: float | None) -> str:
+def gpu_hours(value: Any) -> str:
     """GPU-seconds as GPU-hours."""
-    return "—" if value is None else f"{value / 3600:.1f}"
+    number = _number(value)
+    return NONE if number is None else f"{number / 3600:.1f}"
 
 
 @register.filter
@@ -48,8 +62,9 @@ def status_words(status: str) -> str:
 
 
 @register.filter
-def rate(value: float | None) -> str:
-    return "—" if value is None else f"{value:.2g}" if value < 10 else f"{value:.0f}"
+def rate(value: Any) -> str:
+    number = _number(value)
+    return NONE if number is None else f"{number:.2g}" if number < 10 else f"{number:.0f}"
 
 
 @register.filter

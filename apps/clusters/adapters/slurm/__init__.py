@@ -15,6 +15,7 @@ services (``apps.clusters.services.client_for``) and tests.
 
 from apps.clusters.adapters.slurm.types import (
     ACTIVE_STATES,
+    Action,
     Association,
     ExitStatus,
     GpuBinding,
@@ -32,7 +33,8 @@ from apps.clusters.adapters.slurm.types import (
 )
 
 __all__ = [
-    "ACTIVE_STATES", "Association", "ExitStatus", "GpuBinding", "JobAllocation", "LimitChange",
+    "ACTIVE_STATES", "Action", "Association", "ExitStatus", "GpuBinding", "JobAllocation",
+    "LimitChange",
     "QueueEntry", "RecordError", "ShareRow", "SlurmClient", "SlurmJob", "SlurmNode",
     "SlurmPartition", "UsageRow", "change_time",
 ]

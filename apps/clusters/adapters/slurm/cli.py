@@ -69,8 +69,6 @@ def _chunks(ids: Iterable[int], size: int = _ID_CHUNK) -> Iterator[list[int]]:
 class SlurmCli:
     """Talks to Slurm through its command-line tools (see the module docstring)."""
 
-    can_cancel = True
-
     cluster: str = ""
     ssh: str = ""
     ssh_options: Sequence[str] = field(default_factory=tuple)
@@ -285,13 +283,13 @@ class SlurmCli:
 
     def limit_command(self, account: str, tres: str, minutes: int | None) -> list[str]:
         """The exact ``sacctmgr -i modify account ...`` argv (what the preview shows)."""
-        if minutes is not None and minutes < 0:
-            raise AdapterError(f"a limit cannot be negative ({minutes})", service="slurm")
-        where = ["where", f"name={_checked_account(account)}",
-                 *([f"cluster={self.cluster}"] if self.cluster else [])]
-        value = -1 if minutes is None else minutes  # -1 removes the limit
-        return ["sacctmgr", "-i", "modify", "account", *where, "set",
-                f"GrpTRESMins={_checked_tres(tres)}={value}"]
+        return limit_argv(self.cluster, account, tres, minutes)
+
+    def cannot(self, action: st.Action) -> str:
+        return ""  # sacctmgr, sreport and sacct do all of it
+
+    def accounted_until(self) -> datetime | None:
+        return None
 
     def set_account_limit(self, account: str, tres: str, minutes: int | None,
                           dry_run: bool = False) -> st.LimitChange:
@@ -315,6 +313,18 @@ class SlurmCli:
             if "already" in exc.detail or "Invalid job id" in exc.detail:
                 return
             raise
+
+
+def limit_argv(cluster: str, account: str, tres: str, minutes: int | None) -> list[str]:
+    """``sacctmgr -i modify account where name=A [cluster=C] set GrpTRESMins=T=N`` as argv
+    (N = -1 removes the limit); names are checked, a negative limit refused."""
+    if minutes is not None and minutes < 0:
+        raise AdapterError(f"a limit cannot be negative ({minutes})", service="slurm")
+    where = ["where", f"name={_checked_account(account)}",
+             *([f"cluster={cluster}"] if cluster else [])]
+    value = -1 if minutes is None else minutes  # -1 removes the limit
+    return ["sacctmgr", "-i", "modify", "account", *where, "set",
+            f"GrpTRESMins={_checked_tres(tres)}={value}"]
 
 
 def _utc_text(when: datetime) -> str:

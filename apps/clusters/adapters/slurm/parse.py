@@ -296,11 +296,24 @@ def parse_sacct_job(rec: Record) -> SlurmJob:
         node_count=_num(rec.get("allocation_nodes")) or 0,
         cpus=tres.get("cpu", 0),
         memory_mb=tres.get("mem", 0),
+        mem_peak_mb=_max_rss_mb(rec.get("steps")),
         gpus=gpus,
         gpu_shards=shards,
         gpu_types=types,
         tres_alloc=_tres_text(tres),
     )
+
+
+def _max_rss_mb(steps: Any) -> float | None:
+    """The largest ``mem`` among the steps' ``tres.requested.max`` (MaxRSS, in bytes), in
+    MiB; None when no step measured any (0 is what an accounting plugin that gathers
+    nothing records)."""
+    peak = 0
+    for step in steps or []:
+        for item in ((step.get("tres") or {}).get("requested") or {}).get("max") or []:
+            if item.get("type") == "mem":
+                peak = max(peak, _num(item.get("count")) or 0)
+    return peak / 2**20 if peak > 0 else None
 
 
 def _pending_reason(state: str, reason: Any) -> str:
@@ -509,6 +522,22 @@ def parse_job_environments(text: str) -> dict[str, str]:
     for a job without one (an interactive job, or one submitted before the flag), left out.
     """
     return _sections(_ENV_HEADER, text)
+
+
+def saved_section(text: str, ids: Iterable[str],
+                  environment: bool = False) -> tuple[str, list[str]]:
+    """One job's script (or environment) from a saved file: the file itself when it is
+    bare, or this job's section when it was saved as ``sacct --batch-script -j ID > file``
+    prints it (header line and dashes), so line numbers are the script's own. Returns the
+    text ('' for ``NONE`` or no section of these ids) and the other ids the file holds."""
+    header = _ENV_HEADER if environment else _SCRIPT_HEADER
+    if not header.match(text):
+        return text, []
+    sections = _sections(header, text)
+    wanted = list(dict.fromkeys(ids))
+    mine = next((sections[i] for i in wanted if i in sections), "")
+    others = sorted(set(header.findall(text)) - set(wanted))
+    return mine, others
 
 
 def _sections(header: re.Pattern[str], text: str) -> dict[str, str]:

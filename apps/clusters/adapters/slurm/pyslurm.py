@@ -87,8 +87,6 @@ def job_from_pyslurm(d: Mapping[str, Any]) -> st.SlurmJob:
 class SlurmPyslurm:
     """Talks to slurmctld/slurmdbd through pyslurm (see the module docstring)."""
 
-    can_cancel = False  # read-only here: Beacon cancels with cli or rest
-
     cluster: str = ""
 
     @classmethod
@@ -208,3 +206,12 @@ class SlurmPyslurm:
 
     def cancel_job(self, job_id: int) -> None:
         raise self._unsupported("cancelling jobs")
+
+    def cannot(self, action: st.Action) -> str:
+        what = {st.Action.QUOTA_PREVIEW: "quota previews (associations)",
+                st.Action.QUOTA_WRITE: "quota writes", st.Action.RECONCILE: "usage reports",
+                st.Action.CANCEL: "cancelling jobs"}
+        return str(self._unsupported(what[action]))
+
+    def accounted_until(self) -> datetime | None:
+        return None

@@ -97,11 +97,20 @@ def _read_token(options: Mapping[str, Any]) -> str:
     return text.removeprefix("SLURM_JWT=")  # `scontrol token` prints SLURM_JWT=...
 
 
+# What 22.05's slurmrestd cannot do, in the words the pages show before a button is pressed.
+CANNOT = {
+    st.Action.QUOTA_PREVIEW: "slurmrestd 22.05 cannot rehearse a limit change (sacctmgr's dry "
+                          "run): previews and quota writes need the cli backend",
+    st.Action.QUOTA_WRITE: "quota writes need the cli backend (sacctmgr): slurmrestd 22.05 "
+                        "would rewrite the whole association",
+    st.Action.RECONCILE: "slurmrestd 22.05 has no usage report (sreport): reconcile with the "
+                      "cli backend",
+}
+
+
 @dataclass
 class SlurmRest:
     """Talks to slurmrestd over HTTP with a JWT (see the module docstring)."""
-
-    can_cancel = True
 
     url: str
     user: str
@@ -266,8 +275,7 @@ class SlurmRest:
         return rows[0] if rows else None
 
     def usage_report(self, start: datetime, end: datetime, tres: str) -> list[st.UsageRow]:
-        raise AdapterError("slurmrestd 22.05 has no usage report (sreport): reconcile with "
-                           "the cli backend", service="slurm")
+        raise AdapterError(CANNOT[st.Action.RECONCILE], service="slurm")
 
     def job_allocations(self, start: datetime, end: datetime) -> list[st.JobAllocation]:
         raise AdapterError("slurmrestd 22.05 cannot truncate jobs to a window (sacct -T): "
@@ -277,8 +285,7 @@ class SlurmRest:
                           dry_run: bool = False) -> st.LimitChange:
         # POST /slurmdb/v0.0.38/associations replaces whole association records: writing one
         # limit that way risks resetting the others, so quotas are written with sacctmgr.
-        raise AdapterError("quota writes need the cli backend (sacctmgr): slurmrestd 22.05 "
-                           "would rewrite the whole association", service="slurm")
+        raise AdapterError(CANNOT[st.Action.QUOTA_WRITE], service="slurm")
 
     def cancel_job(self, job_id: int) -> None:
         """``DELETE /slurm/<version>/job/{id}`` (SIGKILL by default, as scancel)."""
@@ -302,3 +309,10 @@ class SlurmRest:
         if errors and "already completing or completed" not in json.dumps(errors):
             raise AdapterError(f"slurmrestd refused to cancel job {job_id}: "
                                f"{json.dumps(errors)[:200]}", service="slurm")
+
+
+    def cannot(self, action: st.Action) -> str:
+        return CANNOT.get(action, "")
+
+    def accounted_until(self) -> datetime | None:
+        return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Protocol
 
 # --- Value types ----------------------------------------------------------------------
@@ -73,6 +74,7 @@ class SlurmJob:
     node_count: int = 0
     cpus: int = 0
     memory_mb: int = 0
+    mem_peak_mb: float | None = None  # MaxRSS: the largest task's peak over the steps
     gpus: int = 0
     gpu_shards: int = 0
     gpu_types: Mapping[str, int] = field(default_factory=dict)
@@ -241,15 +243,22 @@ ACTIVE_STATES = frozenset(
 """States in which a job still holds (or waits for) resources."""
 
 
+class Action(StrEnum):
+    """What a page may ask of a backend beyond reading jobs: asked with
+    ``SlurmClient.cannot(action)`` before the button is shown, so a backend that cannot do
+    it is said so on the page, never found out by pressing the button."""
+
+    QUOTA_PREVIEW = "quota_preview"  # account_limits + set_account_limit(dry_run=True)
+    QUOTA_WRITE = "quota_write"  # set_account_limit
+    RECONCILE = "reconcile"  # usage_report + job_allocations
+    CANCEL = "cancel"  # cancel_job (the idle-job policy)
+
+
 # --- The interface --------------------------------------------------------------------
 
 
 class SlurmClient(Protocol):
     """What Beacon asks of a Slurm cluster. Every backend implements all of it."""
-
-    # Capabilities: what a backend can do beyond reading (a backend that cannot raises
-    # AdapterError when asked; callers check first to say "unsupported" in words).
-    can_cancel: bool
 
     def change_marker(self) -> str:
         """One cheap scheduler call whose answer changes when jobs are submitted, start or end.
@@ -321,6 +330,17 @@ class SlurmClient(Protocol):
         """End a pending or running job, as ``scancel <id>`` does (the idle-job policy).
 
         A job that has already ended is not an error. Refusals are ``AdapterError``; a
-        backend without ``can_cancel`` raises one too."""
+        backend that ``cannot(Action.CANCEL)`` raises one too."""
+        ...
+
+    def cannot(self, action: Action) -> str:
+        """Why this backend cannot do ``action`` as configured, in words for the page (what
+        to use instead); "" when it can. Cheap: no call to Slurm."""
+        ...
+
+    def accounted_until(self) -> datetime | None:
+        """Where this backend's accounting ends: None for a live Slurm (its reports reach the
+        last rolled-up hour); for saved output, the end of the latest saved usage report,
+        so a reconciliation asks for a window the saved reports cover."""
         ...
 

@@ -27,8 +27,8 @@ from statistics import median
 from typing import Any
 
 from apps.analysis.guardrails import KINDS
+from apps.demo.verdicts import healthy_jobs
 from apps.guardrails.replay import Replayed
-from apps.jobs.verdicts import healthy_jobs
 
 TRUTH_KINDS: dict[str, tuple[str, ...]] = {
     "gpus_idle": ("idle_allocated_gpus", "idle_notebook"),
@@ -47,6 +47,7 @@ class KindScore:
     missed: list[int] = field(default_factory=list)
     wrong: list[tuple[int, str]] = field(default_factory=list)  # (job, why)
     delays_h: list[float] = field(default_factory=list)
+    delays_by_truth: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def precision(self) -> float | None:
@@ -107,7 +108,9 @@ def _score(kind: str, seen: dict[int, Replayed], measured: set[int],
             continue
         assert finding is not None
         result.true_positives += 1
-        result.delays_h.append(max(0.0, at - finding["window"]["start"]) / 3600)
+        delay = max(0.0, at - finding["window"]["start"]) / 3600
+        result.delays_h.append(delay)
+        result.delays_by_truth.setdefault(finding["kind"], []).append(delay)
     result.missed = sorted(j for j in expected if kind not in seen[j].alerts)
     return result
 
@@ -139,6 +142,10 @@ def render(report: GuardrailReport) -> str:
         delay = (f"{median(k.delays_h):.1f}, {max(k.delays_h):.1f}" if k.delays_h else "-")
         lines.append(f"{k.kind:<13} {k.planted:>7} {k.raised:>6} {k.true_positives:>5} "
                      f"{_pct(k.precision):>9} {_pct(k.recall):>6} {delay:>22}")
+    for k in report.kinds:
+        if len(k.delays_by_truth) > 1:
+            lines += [f"  {k.kind} on {truth}: delay h (median, max) {median(d):.1f}, "
+                      f"{max(d):.1f}" for truth, d in sorted(k.delays_by_truth.items())]
     lines += ["", f"healthy jobs with telemetry: {report.healthy_measured}; "
                   f"with any alert: {len(report.false_alarms)}"]
     lines += [f"  job {j}: {', '.join(kinds)}" for j, kinds in sorted(report.false_alarms.items())]

@@ -1,0 +1,89 @@
+"""Every journey, for every persona, twice (issue 19 item 8): on a small simulated demo, the
+admin, a team lead and a researcher each follow every link and submit every form with its
+default (or first) values; then all of it again on the state the first pass left (drafts
+made, quotas previewed, tokens made, runs recorded), with odd admin settings added
+(``odd_configuration``). No server error, no broken link."""
+
+from __future__ import annotations
+
+import io
+from datetime import date
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.db.models import Count
+from django.test import Client
+from django.utils import timezone
+
+from apps.accounts.models import Membership, Team
+from apps.chargeback.models import Rate
+from apps.clusters.models import Cluster, SlurmAccount
+from apps.demo import loader as demo
+from apps.quotas.models import Quota
+from apps.slo import services as slo
+from apps.slo.models import Objective
+from tests.crawl import Crawler
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """4 nodes x 2 days with hourly telemetry: every kind of page, loaded in seconds."""
+    out = tmp_path_factory.mktemp("crawl")
+    call_command("simulate", out=str(out), nodes=4, days=2, seed=11, now="2026-11-02T06:00:00Z",
+                 telemetry_step=3600, cluster="crawl", stdout=io.StringIO())
+    return out
+
+
+def personas() -> dict[str, User]:
+    lead = Membership.objects.filter(role=Membership.Role.LEAD).select_related("user")[0].user
+    researcher = (User.objects.filter(memberships__role=Membership.Role.MEMBER)
+                  .exclude(memberships__role=Membership.Role.LEAD)
+                  .annotate(n=Count("jobs")).order_by("-n", "username")[0])
+    return {"admin": User.objects.get(username=demo.ADMIN), "lead": lead,
+            "researcher": researcher}
+
+
+def odd_configuration() -> None:
+    """What an admin may configure that the demo does not: objectives over partitions and
+    clusters without jobs, extreme targets, a free rate and one for a GPU model nobody has,
+    a cluster without a Slurm backend, a quota of zero hours scheduled for next year."""
+    empty = Cluster.objects.create(name="empty", display_name="No jobs yet")
+    team = Team.objects.order_by("slug")[0]
+    SlurmAccount.objects.create(cluster=empty, name=team.slug, team=team)
+    Objective.objects.create(name="odd: nowhere partition", sli="queue_wait", wait_minutes=1,
+                             target=0.9999, scope="partition", partition="nowhere")
+    Objective.objects.create(name="odd: empty cluster", sli="job_success", target=0.0001,
+                             scope="team", cluster=empty, window="calendar_month")
+    Objective.objects.create(name="odd: team nowhere", sli="gpu_efficiency", target=0.5,
+                             scope="team", team=team, partition="nowhere")
+    Rate.objects.create(price=Decimal("0"), valid_from=date(2000, 1, 1))
+    Rate.objects.create(price=Decimal("99999999.9999"), gpu_model="tpu", partition="nowhere",
+                        valid_from=date(2026, 10, 1), valid_until=date(2026, 10, 2))
+    Quota.objects.create(account=SlurmAccount.objects.filter(cluster__name="crawl")[0],
+                         month=date(2027, 1, 1), gpu_minutes=0, state=Quota.State.SCHEDULED)
+    slo.run_evaluation(timezone.now(), notify=False)
+
+
+def test_every_link_and_form_works_for_every_persona_twice(folder, tmp_path):
+    demo.load(folder)
+    people = personas()
+    faults: list[str] = []
+    seen: dict[str, list[int]] = {}
+    for number in (1, 2):
+        if number == 2:
+            odd_configuration()
+        for role, user in people.items():
+            client = Client(raise_request_exception=False)
+            client.force_login(user)
+            report = Crawler(client).crawl()
+            seen.setdefault(role, []).append(len(report.visited))
+            faults += [f"pass {number}, {role} ({user.username}): {f}"
+                       for f in report.server_errors + report.broken_links]
+            assert report.forms >= 3, (role, report.forms)
+    assert faults == [], "\n".join(faults)
+    assert all(min(counts) >= 30 for counts in seen.values()), seen

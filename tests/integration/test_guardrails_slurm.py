@@ -1,0 +1,162 @@
+"""The idle-job policy against the REAL Slurm 22.05 dev cluster.
+
+Three real jobs hold a GPU each: one whose GPU stays idle, one that computes, one an admin
+exempted. Beacon syncs them from Slurm, reads their telemetry, warns the owner of the idle
+one, and once the grace period is over cancels it with ``scancel`` through the cli backend;
+Slurm's own accounting then says CANCELLED, while the busy and the exempt job still run.
+The rest backend's ``DELETE job`` is checked on the same cluster.
+
+The dev cluster's GPUs are device files (no DCGM), so the test writes the telemetry a
+dcgm-exporter would have scraped (labelled ``hpc_job`` with the real job ids) as an
+OpenMetrics file, and reads the policy's clock hours after the jobs started instead of
+waiting hours: the submission, the sync, the cancel and its outcome are Slurm's.
+Start the cluster with ``sudo bash deploy/dev/slurm.sh up``; run under
+``flock -o /tmp/beacon-slurm.lock``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.core import mail
+
+from apps.accounts.models import Membership, Team
+from apps.audit.models import AuditEvent
+from apps.clusters import sync
+from apps.clusters.adapters.slurm import Action
+from apps.clusters.adapters.slurm.registry import slurm_client
+from apps.clusters.models import Cluster, SlurmAccount
+from apps.guardrails import services
+from apps.guardrails.models import Exemption, PolicyAction
+from apps.jobs import archive
+from apps.jobs.models import Job
+from tests.integration import slurm as real
+from tests.integration.prom import om_series
+
+pytestmark = [pytest.mark.integration("slurm"), pytest.mark.slow, pytest.mark.django_db]
+
+USER, ACCOUNT = "bob", "nlp"  # no GPU cap or quota on the dev cluster
+STEP = 60
+
+
+def _telemetry(path: Path, jobs: dict[int, tuple[str, bool]], start: float, end: float) -> Path:
+    """dcgm-exporter samples every STEP s for each job's GPU: busy or idle (memory held)."""
+    families = {"DCGM_FI_DEV_GPU_UTIL": (97.0, 0.0), "DCGM_FI_PROF_SM_ACTIVE": (0.7, 0.0),
+                "DCGM_FI_DEV_FB_USED": (60000.0, 9000.0), "DCGM_FI_DEV_POWER_USAGE": (550.0, 80.0)}
+    lines = []
+    for family, (busy_value, idle_value) in families.items():
+        lines.append(f"# TYPE {family} gauge")
+        for job_id, (node, busy) in jobs.items():
+            name = om_series(family, {"Hostname": node, "gpu": "0", "UUID": f"GPU-{job_id}",
+                                      "hpc_job": str(job_id)})
+            t = start
+            while t <= end:
+                lines.append(f"{name} {busy_value if busy else idle_value} {t:.0f}")
+                t += STEP
+    lines.append("# EOF")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def world(db):
+    real.require_slurm()
+    cluster = Cluster.objects.create(name=real.CLUSTER, slurm_backend="cli",
+                                     slurm_settings={"timeout": 60},
+                                     metric_labels={"scrape_interval": STEP})
+    team = Team.objects.create(slug="it-guard", name="Guardrails test team")
+    SlurmAccount.objects.create(cluster=cluster, name=ACCOUNT, team=team)
+    owner = User.objects.create_user(USER, email="bob@example.org")
+    Membership.objects.create(user=owner, team=team)
+    return cluster
+
+
+@pytest.fixture
+def submitted():
+    ids: dict[str, int] = {}
+    yield ids
+    if ids:
+        real.run("scancel", *map(str, ids.values()), check=False)
+
+
+def test_an_idle_job_is_warned_then_cancelled_and_busy_or_exempt_ones_are_not(
+        world, submitted, settings, tmp_path):
+    settings.GUARDRAILS_POLICY = "enforce"
+    settings.GUARDRAILS_POLICY_IDLE_MINUTES, settings.GUARDRAILS_POLICY_GRACE_MINUTES = 120, 60
+    for role in ("idle", "busy", "exempt"):
+        submitted[role] = real.sbatch(USER, f"--account={ACCOUNT}", "--qos=high", "--time=30",
+                                      "--gres=gpu:1", "-J", f"guard-{role}", "--wrap", "sleep 900")
+    for job_id in submitted.values():
+        real.wait_running(job_id)
+    # slurmdbd gets a job's start some seconds after slurmctld: sync once accounting has it
+    real.wait_for(lambda: all(r["State"] == "RUNNING" for r in real.sacct_text(
+        submitted.values()).values()) and len(real.sacct_text(submitted.values())) == 3, 90,
+        "the running jobs in accounting", every=2)
+    sync.sync_cluster(world)
+    sync.sync_queue(world)
+    jobs = {role: Job.objects.get(cluster=world, job_id=i) for role, i in submitted.items()}
+    assert all(j.state == "RUNNING" and j.gpus == 1 for j in jobs.values())
+    Exemption.objects.create(kind="job", value=str(submitted["exempt"]), cluster=world,
+                             reason="demo for the board")
+
+    start = min(j.start_time for j in jobs.values())
+    files = _telemetry(tmp_path / "dcgm.om", {
+        j.job_id: (j.nodes, role == "busy") for role, j in jobs.items()},
+        start.timestamp(), (start + timedelta(hours=4)).timestamp())
+    source = archive.OpenMetricsSource([files], archive.catalogue_for(world))
+    running = Job.objects.filter(pk__in=[j.pk for j in jobs.values()])
+
+    services.run_checks(now=start + timedelta(hours=2.5), source=source, jobs=running)
+    assert _steps(jobs["idle"]) == ["warned"]
+    assert _steps(jobs["busy"]) == [] and _steps(jobs["exempt"]) == ["exempt"]
+    warning = next(m for m in mail.outbox if "will be cancelled" in m.subject)
+    assert f"scancel {submitted['idle']}" in warning.body
+    assert set(real.states(submitted.values()).values()) == {"RUNNING"}  # nothing cancelled yet
+
+    services.run_checks(now=start + timedelta(hours=3.7), source=source, jobs=running)
+    assert _steps(jobs["idle"]) == ["warned", "cancelled"]
+    real.wait_for(lambda: real.states([submitted["idle"]]).get(submitted["idle"])
+                  in (None, "CANCELLED"), 60, "the idle job cancelled")
+    real.wait_for(lambda: real.finished_in_accounting([submitted["idle"]]), 60,
+                  "the cancel in accounting")
+    assert real.sacct_text([submitted["idle"]])[submitted["idle"]]["State"].startswith(
+        "CANCELLED")
+    others = real.states([submitted["busy"], submitted["exempt"]])
+    assert others == {submitted["busy"]: "RUNNING", submitted["exempt"]: "RUNNING"}
+    audited = {(e.target.rsplit(":", 1)[1], e.details["action"])
+               for e in AuditEvent.objects.filter(action="guardrail")}
+    assert audited == {(str(submitted["idle"]), "warned"), (str(submitted["idle"]), "cancelled"),
+                       (str(submitted["exempt"]), "exempt")}
+    world.refresh_from_db()
+    world.sync_marker = ""  # the sync reads accounting again (the cancel changed it)
+    world.save(update_fields=["sync_marker"])
+    sync.sync_cluster(world)
+    assert Job.objects.get(pk=jobs["idle"].pk).state == "CANCELLED"
+
+
+def _steps(job: Job) -> list[str]:
+    return list(PolicyAction.objects.filter(job=job).order_by("at", "pk")
+                .values_list("action", flat=True))
+
+
+@pytest.mark.parametrize("backend", ["cli", "rest"])
+def test_each_backend_cancels_a_running_job_and_shrugs_at_an_ended_one(world, submitted,
+                                                                       backend):
+    submitted["job"] = job_id = real.sbatch(USER, f"--account={ACCOUNT}", "--qos=high",
+                                            "--time=10", "--wrap", "sleep 600")
+    real.wait_running(job_id)
+    if backend == "cli":
+        client = slurm_client("cli", {"cluster": real.CLUSTER, "timeout": 60})
+    else:
+        token = real.run("scontrol", "token", "username=slurm", "lifespan=300").strip()
+        client = slurm_client("rest", {"url": "http://127.0.0.1:6820", "user": "slurm",
+                                       "token": token.removeprefix("SLURM_JWT="),
+                                       "cluster": real.CLUSTER})
+    assert client.cannot(Action.CANCEL) == ""
+    client.cancel_job(job_id)
+    real.wait_for(lambda: real.finished_in_accounting([job_id]), 60, "the cancel in accounting")
+    assert real.sacct_text([job_id])[job_id]["State"].startswith("CANCELLED")
+    client.cancel_job(job_id)  # already ended: not an error
