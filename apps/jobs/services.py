@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from apps.clusters.models import Cluster
 from apps.core.broker import publish_on_commit
-from apps.core.runs import tracked_run
+from apps.core.runs import mark_partial, tracked_run
 from apps.jobs import archive, traces
 from apps.jobs.diagnosis import diagnose_job
 from apps.jobs.models import Job, JobMetrics, TraceRun
@@ -98,6 +98,8 @@ def archive_job(job: Job, source: archive.Source | None = None, *, force: bool =
         metrics = archive.archive_job(job, source, force=force)
         run.stats.update(status=metrics.status, measure=metrics.measure,
                          gpus=job.metric_summaries.count())
+        # a refused measure or a partial answer: the run says so, with the query
+        mark_partial(run, [str(w) for w in metrics.warnings or []])
     return metrics
 
 

@@ -23,6 +23,7 @@ from apps.clusters.models import Cluster
 from apps.demo import alerts as report
 from apps.guardrails import replay
 from apps.guardrails.live import alert_config
+from apps.guardrails.policy import policy_config
 
 
 class Command(BaseCommand):
@@ -49,7 +50,7 @@ class Command(BaseCommand):
         now = datetime.fromtimestamp(int(meta["now"]), tz=UTC) if "now" in meta \
             else datetime.now(tz=UTC)
         seen = replay.replay(cluster, opts["telemetry"], now, every, alert_config(),
-                             progress=_progress)
+                             policy_config(), progress=_progress)
         result = report.score(truth, seen)
         sys.stderr.write("\n")
         self.stdout.write(report.render(result))
