@@ -43,6 +43,7 @@ FACTS: dict[str, FactSpec] = {
     "computing_share": FactSpec("computing share of busy time", "pct", "efficiency"),
     "waiting": FactSpec("busy but not computing", "pct", "efficiency"),
     "idle": FactSpec("idle (memory held or no process)", "pct", "efficiency"),
+    "held_idle": FactSpec("idle with GPU memory held", "pct", "efficiency"),
     "tensor": FactSpec("tensor pipe active", "pct", "efficiency"),
     "occupancy": FactSpec("SM occupancy", "pct", "gpus"),
     "fp64": FactSpec("FP64 pipe active", "pct", "gpus"),

@@ -194,9 +194,14 @@ class _Stored:
         """``job``'s facts; ``later``: jobs whose straggler GPUs it must not count yet."""
         facts: dict[str, Fact] = {"nodes": float(job.node_count),
                                   "multi_node": float(job.node_count > 1)}
-        if job.run_time is not None:
-            facts["run_hours"] = job.run_time.total_seconds() / 3600
         metrics = self.metrics.get(job.pk)
+        hours = job.run_time.total_seconds() / 3600 if job.run_time is not None else None
+        measured = [s.measured_s for s in self.summaries.get(job.pk, [])]
+        if job.end_time is None and hours is not None and measured:
+            # running: the time its telemetry covers (what "busy over N hours" read)
+            hours = min(hours, max(measured) / 3600)
+        if hours is not None:
+            facts["run_hours"] = hours
         if metrics is not None and metrics.has_data:
             summaries = self.summaries.get(job.pk, [])
             facts.update(efficiency_facts(metrics, summaries))
@@ -247,11 +252,13 @@ def efficiency_facts(metrics: JobMetrics,
     busy = sum((s.useful + s.waiting) * s.measured_s for s in summaries) / total
     computing = sum(s.useful * s.measured_s for s in summaries) / total
     idle = [s for s in summaries if s.useful + s.waiting < IDLE_BUSY]
+    held_idle = sum(s.held_idle * s.measured_s for s in summaries) / total
     facts: dict[str, Fact] = {
         "gpus": float(len(summaries)), "sm_measured": float(metrics.measure == "sm_active"),
         "busy": busy, "computing": computing,
         "computing_share": computing / busy if busy > 0 else None,
         "waiting": busy - computing, "idle": 1.0 - busy,
+        "held_idle": held_idle if summaries else None,
         "tensor": metrics.means.get("tensor_active"),
         "idle_gpu_share": len(idle) / len(summaries) if summaries else None,
         "idle_gpus": ", ".join(f"{s.host}:{s.gpu_index}" for s in idle[:8]) or None,

@@ -66,7 +66,8 @@ def metrics_card(job: Job) -> dict[str, Any]:
     total = sum(hours.values()) or 1.0
     series = {f"{s.host}:{s.gpu_index}": compact.decode(bytes(s.series)) for s in summaries}
     nodes = list(job.node_metrics.all())
-    gpu_panels = gpu_figures(metrics, series)
+    single = len(summaries) == 1  # no peer GPU: no NVLink, no collective to wait in
+    gpu_panels = gpu_figures(metrics, series, single)
     card.update(
         summaries=summaries, measure_label=MEASURE_NAMES.get(metrics.measure, metrics.measure),
         measure_note=measure_note(metrics.measure),
@@ -77,10 +78,24 @@ def metrics_card(job: Job) -> dict[str, Any]:
         gpu_panels=list(gpu_panels.items()),
         node_panels=list(node_figures(metrics, nodes).items()),
         straggler=straggler_panel(metrics), nodes=nodes,
-        communication=communication_share(summaries),
+        communication=None if single else communication_share(summaries),
+        single_gpu=single, sparse=sparse_note(metrics),
         hours_gap=hours_gap(job, metrics),
     )
     return card
+
+
+def sparse_note(metrics: JobMetrics) -> str:
+    """Why the charts show points: the job has few samples at the telemetry's step ("" when
+    its series are long enough to read as lines)."""
+    if not 0 < metrics.points <= charts.MARKERS_UP_TO:
+        return ""
+    minutes = metrics.step_s / 60
+    step = f"{minutes / 60:g} h" if minutes >= 60 and minutes % 60 == 0 else f"{minutes:g} min"
+    samples = "1 sample" if metrics.points == 1 else f"{metrics.points} samples"
+    return (f"The telemetry holds one sample every {step}: this job has {samples} per GPU, "
+            "drawn as points" + (" (a single reading, not a trend)." if metrics.points == 1
+                                 else "."))
 
 
 def hours_gap(job: Job, metrics: JobMetrics) -> float:
@@ -146,13 +161,16 @@ NODE_LINES: dict[str, tuple[str, str, str, float]] = {
 }
 
 
-def gpu_figures(metrics: JobMetrics,
-                series: dict[str, dict[str, list[float | None]]]) -> dict[str, Any]:
-    """Per-GPU time series (job-exclusive: these GPUs were this job's), and the events map."""
+def gpu_figures(metrics: JobMetrics, series: dict[str, dict[str, list[float | None]]],
+                single: bool = False) -> dict[str, Any]:
+    """Per-GPU time series (job-exclusive: these GPUs were this job's), and the events map.
+    A one-GPU job has no NVLink chart: it has no peer to talk to."""
     start = metrics.window_start.timestamp() if metrics.window_start else 0.0
     named = [s["gpu"] for s in metrics.straggler_detail.get("stragglers", [])]
     figures: dict[str, Any] = {}
     for key, (channel, title, unit, scale) in GPU_LINES.items():
+        if single and key == "nvlink":
+            continue
         rows = [(label, ch[channel]) for label, ch in series.items() if channel in ch]
         if rows:
             figures[f"fig-gpu-{key}"] = charts.series_lines(

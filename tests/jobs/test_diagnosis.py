@@ -78,6 +78,31 @@ def test_an_allocation_held_idle_for_hours_is_flagged(world):
     assert found[0].text.startswith("The GPUs were busy 1% of the time over 6.")
 
 
+@pytest.mark.parametrize(("hours", "values", "expected"), [
+    # issue 19: busy 8 % over hours, the rest idle with memory held: one finding, not zero
+    (10, {"gpu_util": 0.08, "sm_active": 0.04, "tensor_active": 0.01}, ["idle-memory-held"]),
+    (10, {"gpu_util": 0.14, "sm_active": 0.07, "tensor_active": 0.02}, ["idle-memory-held"]),
+    # no memory held: the GPUs were free to be taken back (no process), not this finding
+    (10, {"gpu_util": 0.08, "sm_active": 0.04, "fb_used": 0.0}, []),
+    # under 3 %: the idle allocation's finding alone, never both
+    (10, {"gpu_util": 0.02, "sm_active": 0.01, "tensor_active": 0.0}, ["idle-allocation"]),
+    (10, {"gpu_util": 0.30, "sm_active": 0.2, "tensor_active": 0.1}, []),  # working
+    (2, {"gpu_util": 0.08, "sm_active": 0.04, "tensor_active": 0.01}, []),  # 2 h: too short
+])
+def test_a_mostly_idle_allocation_with_memory_held_is_a_finding(world, hours, values,
+                                                                 expected):
+    start = world.jobs["bob"].start_time
+    job = make_job(world.cluster, 901, world.users["bob"], world.team_a, start_time=start,
+                   end_time=start + timedelta(hours=hours), gpus=1, gpu_equivalent=1.0)
+    found = archived(job, n=1, **values)
+    assert keys(found) == expected
+    if expected == ["idle-memory-held"]:
+        assert found[0].text.startswith(
+            f"The GPUs were busy only {values['gpu_util']:.0%} of the time over 10.0 h and sat "
+            f"idle with their memory held {1 - values['gpu_util']:.0%} of it")
+        assert {e["fact"] for e in found[0].evidence} >= {"busy", "held_idle", "run_hours"}
+
+
 # What the node did during an input stall: CPUs pegged by preprocessing, or idle while the
 # network file system delivers little. The job holds 16 CPUs; the node's count varies.
 PEGGED = {"cpu_busy": 0.97, "fs_read": 2.8e8}
