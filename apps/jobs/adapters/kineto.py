@@ -66,7 +66,8 @@ _UNNEEDED_EVENT = re.compile(
     r'|(?:cuda_runtime|cuda_driver)"\s*,\s*"name"\s*:\s*"(?:'
     + "|".join(re.escape(n) for n in _NOT_LAUNCHES) + r')'
     r'|(?:python_function|Trace|cpu_instant_event|overhead|cuda_sync|cuda_event)"))'
-    r'[^{}]*(?:\{[^{}]*\}[^{}]*)?\},?\s*')
+    # possessive: a brace where none may be fails at once, without backtracking
+    r'[^{}]*+(?:\{[^{}]*+\}[^{}]*+)?\},?\s*')
 _MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
 _KEPT_CATS = frozenset({"user_annotation", "gpu_user_annotation", "kernel", "collective_comm",
                         *_MEMORY_CATS})
