@@ -251,8 +251,8 @@ def team_digest_text(team: Team, items: Sequence[JobAdvice], monday: date) -> tu
         by_user[a.job.user_name] = by_user.get(a.job.user_name, 0.0) + a.waste
     lines += ["", "By user (GPU-hours held idle or on whole GPUs a slice would serve):"]
     lines += [f"  {name}: {hours:.1f}" for name, hours in
-              sorted(by_user.items(), key=lambda kv: -kv[1])[:10]]
+              sorted(by_user.items(), key=lambda kv: -kv[1])[:10] if hours > 0] or ["  none"]
     lines += ["", "Largest jobs:"]
     lines += [f"  {a.job.display_id} ({a.job.user_name}) {a.waste:.1f} GPU-h: {job_url(a.job)}"
-              for a in sorted(items, key=lambda a: -a.waste)[:10]]
+              for a in sorted(items, key=lambda a: -a.waste)[:10] if a.waste > 0]
     return f"[Beacon] Team {team.name}: right-sizing, week of {monday:%Y-%m-%d}", "\n".join(lines)
