@@ -1,11 +1,19 @@
 #!/usr/bin/env python
-"""Django's command-line utility, with one-line errors for configuration and database faults."""
+"""Django's command-line utility, with one-line errors for configuration and database faults.
+
+``analyze_trace`` runs before Django starts (apps/jobs/trace_command.py): it needs neither
+settings nor the database, and Django's start-up would cost more than most analyses.
+"""
 
 import os
 import sys
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["analyze_trace"]:
+        from apps.jobs.trace_command import main as analyze_trace
+
+        sys.exit(analyze_trace(sys.argv[2:]))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     from django.core.exceptions import ImproperlyConfigured
 

@@ -69,10 +69,19 @@ class DeviceKernels:
         device = trace.origin.device
         self.events = [e for e in trace.events
                        if e.on_gpu and (device is None or e.device in (device, -1))]
-        self.busy = IntervalSet((e.ts, e.end) for e in self.events)
-        self.compute = IntervalSet((e.ts, e.end) for e in self.events
-                                   if e.kind is Kind.KERNEL and not is_comm_kernel(e))
-        self.comm = IntervalSet((e.ts, e.end) for e in self.events if is_comm_kernel(e))
+        self.comm_events: list[TraceEvent] = []
+        self.compute_events: list[TraceEvent] = []
+        self.memory_events: list[TraceEvent] = []
+        for event in self.events:
+            if event.kind is Kind.MEMORY:
+                self.memory_events.append(event)
+            elif is_comm_kernel(event):
+                self.comm_events.append(event)
+            else:
+                self.compute_events.append(event)
+        self.busy = IntervalSet((e.ts, e.ts + e.dur) for e in self.events)
+        self.compute = IntervalSet((e.ts, e.ts + e.dur) for e in self.compute_events)
+        self.comm = IntervalSet((e.ts, e.ts + e.dur) for e in self.comm_events)
 
     def __bool__(self) -> bool:
         return bool(self.events)
@@ -91,8 +100,9 @@ class DeviceKernels:
 
 def launch_times(trace: RankTrace) -> dict[int, float]:
     """``correlation`` -> when the CPU launched it (cudaLaunchKernel, hipLaunchKernel...)."""
-    return {e.correlation: e.ts for e in trace.events
-            if e.kind is Kind.LAUNCH and e.correlation is not None}
+    launches = {e.correlation: e.ts for e in trace.events
+                if e.kind is Kind.LAUNCH and e.correlation is not None}
+    return {**launches, **trace.launches} if launches else dict(trace.launches)
 
 
 def kernels_by_step(kernels: Sequence[TraceEvent], steps: Sequence[tuple[int, Interval]],

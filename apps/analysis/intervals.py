@@ -17,11 +17,16 @@ Segment = tuple[float, float, str]
 def union(intervals: Iterable[Interval]) -> list[Interval]:
     """Merge overlapping or touching intervals; empty and inverted ones vanish."""
     merged: list[Interval] = []
-    for start, end in sorted(i for i in intervals if i[1] > i[0]):
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
+    current_start = current_end = 0.0
+    for start, end in sorted(intervals):
+        if end <= start:
+            continue
+        if merged and start <= current_end:
+            if end > current_end:
+                current_end = end
+                merged[-1] = (current_start, end)
         else:
+            current_start, current_end = start, end
             merged.append((start, end))
     return merged
 
@@ -41,7 +46,14 @@ class IntervalSet:
         if hi <= lo:
             return []
         first, last = bisect_right(self.ends, lo), bisect_left(self.starts, hi)
-        return clip(self.merged[first:last], lo, hi)
+        part = self.merged[first:last]
+        # every interval found ends after lo and starts before hi: clip the two ends only
+        if part:
+            if part[0][0] < lo:
+                part[0] = (lo, part[0][1])
+            if part[-1][1] > hi:
+                part[-1] = (part[-1][0], hi)
+        return part
 
     def __bool__(self) -> bool:
         return bool(self.merged)

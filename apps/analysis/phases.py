@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any
 
@@ -42,7 +42,8 @@ from apps.analysis.step_phases import (
 from apps.analysis.trace_types import Origin, RankTrace
 
 __all__ = ["PHASES", "PhaseConfig", "RankResult", "Straggler", "TraceAnalysis",
-           "TraceAnalysisError", "analyze", "device_of", "recorded_span", "report"]
+           "TraceAnalysisError", "analyze", "device_of", "recorded_span", "report",
+           "with_skipped"]
 
 # Timestamps above this are epoch microseconds (after 2001-09-09): traces without
 # baseTimeNanoseconds carry absolute times; relative ones stay under ~7.9e12 (a trimonth).
@@ -228,6 +229,13 @@ def analyze(traces: Sequence[RankTrace], config: PhaseConfig | None = None) -> T
                     timeline=_timeline(ranks), mixed=bool(mixed))
 
 
+def with_skipped(analysis: TraceAnalysis, skipped: Sequence[str]) -> TraceAnalysis:
+    """The analysis of the files that could be read, partial when some could not."""
+    if not skipped:
+        return analysis
+    return replace(analysis, partial=True, warnings=(*skipped, *analysis.warnings))
+
+
 def report(analysis: TraceAnalysis, digits: int = 3) -> dict[str, Any]:
     """The JSON shape of ``manage.py analyze_trace --json`` (docs/traces.md)."""
     straggler = analysis.straggler
@@ -322,6 +330,8 @@ def _name(trace: RankTrace) -> str:
 
 def _time_overlap_warnings(traces: Sequence[RankTrace]) -> list[str]:
     """Ranks of one run trace the same seconds; a file that overlaps no other is foreign."""
+    if len(traces) < 2:
+        return []
     spans = {t.source: span for t in traces if (span := _absolute_span(t)) is not None}
     if len(spans) < 2:
         return []
@@ -445,8 +455,9 @@ def _straggler(ranks: Sequence[RankResult], config: PhaseConfig) -> Straggler | 
 
     Step by step, the rank with the most own work is flagged when its excess over the
     median of the others clears both thresholds. A consistent straggler also has the
-    largest median excess over all steps; an intermittent one is the only rank ever
-    flagged, in enough steps that it is no one-off.
+    largest median excess over all steps. An intermittent one clears twice the thresholds
+    in enough steps (``intermittent_min_steps``, ``intermittent_min_share``) while no other
+    rank does so more than once.
     """
     indexes = range(len(ranks[0].steps))
     numbers = [s.step for s in ranks[0].steps]
@@ -466,13 +477,17 @@ def _straggler(ranks: Sequence[RankResult], config: PhaseConfig) -> Straggler | 
                          excess[candidate], tuple(numbers[i] for i in chosen),
                          len(own), origin=origin)
 
-    culprits = Counter(flagged.values())
-    if len(culprits) != 1:
+    # intermittent: flagged by twice the margin (host noise rarely reaches it) in enough
+    # steps, while any other rank is so at most once (a one-off is noise, not a culprit)
+    strong = {i: rank for i, rank in flagged.items()
+              if _loo_excess(own[i], rank) >= 2 * threshold}
+    culprits = Counter(strong.values()).most_common()
+    if not culprits or any(count > 1 for _, count in culprits[1:]):
         return None
-    rank, count = culprits.most_common(1)[0]
+    rank, count = culprits[0]
     if count < config.intermittent_min_steps or count < config.intermittent_min_share * len(own):
         return None
-    chosen = sorted(flagged)
+    chosen = sorted(i for i, r in strong.items() if r == rank)
     return Straggler(rank, _straggler_phase(ranks, rank, chosen),
                      median(_loo_excess(own[i], rank) for i in chosen),
                      tuple(numbers[i] for i in chosen), len(own), intermittent=True,
@@ -493,14 +508,18 @@ def _straggler_phase(ranks: Sequence[RankResult], rank: int, indexes: Sequence[i
 
 
 def _waiting_ranks(ranks: Sequence[RankResult], straggler: Straggler | None) -> tuple[int, ...]:
-    """Ranks whose communication exceeds the straggler's by at least half its excess, on the
-    steps where it made them wait."""
+    """Ranks that waited for the straggler: over its steps and the steps after them (a rank
+    late in its optimizer makes the others wait in the next step's collective), their
+    communication exceeds the straggler's by at least half its excess on those steps."""
     if straggler is None:
         return ()
-    chosen = set(straggler.steps) or {s.step for s in ranks[0].steps}
-    comm = {r.rank: median(s.phases_ms["communication"] for s in r.steps if s.step in chosen)
+    numbers = [s.step for s in ranks[0].steps]
+    flagged = set(straggler.steps) or set(numbers)
+    after = {numbers[i + 1] for i, n in enumerate(numbers[:-1]) if n in flagged}
+    chosen = flagged | after
+    comm = {r.rank: sum(s.phases_ms["communication"] for s in r.steps if s.step in chosen)
             for r in ranks}
-    floor = comm[straggler.rank] + straggler.excess_ms / 2
+    floor = comm[straggler.rank] + straggler.excess_ms * len(flagged) / 2
     return tuple(r for r in sorted(comm) if r != straggler.rank and comm[r] >= floor)
 
 

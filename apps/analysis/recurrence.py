@@ -14,7 +14,7 @@ at its first pass. Pure: no Django; time zones from the standard library.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -34,9 +34,20 @@ class Recurrence:
     tz: str = "UTC"
     first: date | None = None
     last: date | None = None
+    # Every GPU of a frame asks about the same bucket ends: remember the answers.
+    _memo: dict[float, bool] = field(default_factory=dict, compare=False, hash=False,
+                                     repr=False)
 
     def active(self, t: float) -> bool:
         """Whether an occurrence covers the instant ``t`` (unix seconds): start <= t < end."""
+        known = self._memo.get(t)
+        if known is None:
+            if len(self._memo) > 100_000:
+                self._memo.clear()
+            known = self._memo[t] = self._active(t)
+        return known
+
+    def _active(self, t: float) -> bool:
         zone = _zone(self.tz)
         today = datetime.fromtimestamp(t, zone).date()
         # An occurrence that started up to ``minutes`` ago may still run: look back that

@@ -376,21 +376,17 @@ def _gpu_layers(kernels: DeviceKernels, launches: Mapping[int, float],
     starts = [s[0] for s in launched_in]
     compute: dict[str, list[Interval]] = {}
     memory: dict[str, list[Interval]] = {}
-    comm: list[Interval] = []
-    for event in kernels.events:
-        if is_comm_kernel(event):
-            comm.append((event.ts, event.end))
-            continue
-        launched = launches.get(event.correlation) if event.correlation is not None else None
-        label = label_at(launched_in, starts, launched) if launched is not None else None
-        # a compute kernel launched while the CPU sat in a collective call is still compute
-        label = "other" if label in (None, "communication") else label
-        target = compute if event.kind is Kind.KERNEL else memory
-        target.setdefault(label, []).append((event.ts, event.end))
+    for events, target in ((kernels.compute_events, compute), (kernels.memory_events, memory)):
+        for event in events:
+            launched = launches.get(event.correlation)  # type: ignore[arg-type]
+            label = label_at(launched_in, starts, launched) if launched is not None else None
+            # a kernel launched while the CPU sat in a collective call is still compute
+            label = "other" if label is None or label == "communication" else label
+            target.setdefault(label, []).append((event.ts, event.ts + event.dur))
     idle: dict[str, list[Interval]] = {}
     for start, end, label in idle_in:
         idle.setdefault(label, []).append((start, end))
     return [*((p, IntervalSet(v)) for p, v in compute.items()),
-            ("communication", IntervalSet(comm)),
+            ("communication", kernels.comm),
             *((p, IntervalSet(v)) for p, v in memory.items()),
             *((p, IntervalSet(v)) for p, v in idle.items())]

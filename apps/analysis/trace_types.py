@@ -7,6 +7,7 @@ Times are microseconds, as in the trace (``ts`` relative to ``base_time_ns``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -21,6 +22,7 @@ class Kind(StrEnum):
     KERNEL = "kernel"  # GPU kernels (compute, or NCCL/RCCL communication)
     MEMORY = "memory"  # GPU memcpy and memset: the GPU is busy, neither computing nor talking
     LAUNCH = "launch"  # cuda_runtime / cuda_driver call that carries a correlation id
+    # (the reader keeps launches in RankTrace.launches; events of this kind come from tests)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,8 @@ class RankTrace:
     dropped: int = 0
     notes: tuple[str, ...] = field(default=())
     origin: Origin = field(default_factory=Origin)
+    # correlation id -> when the CPU launched it (the reader keeps launches only so)
+    launches: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def rank(self) -> int | None:

@@ -31,6 +31,7 @@ from apps.analysis.phases import (
     TraceAnalysisError,
     analyze,
     recorded_span,
+    with_skipped,
 )
 from apps.analysis.trace_types import RankTrace
 from apps.clusters.models import Cluster
@@ -38,9 +39,10 @@ from apps.core.errors import AdapterError
 from apps.jobs.adapters.kineto import (
     MIB,
     TRACE_SUFFIXES,
-    KinetoReader,
     TraceLimits,
+    TraceReading,
     find_trace_files,
+    read_trace_paths,
 )
 from apps.jobs.diagnosis import diagnose_job
 from apps.jobs.models import Job, TraceRankPhases, TraceRun
@@ -67,45 +69,18 @@ def trace_config(**overrides: float) -> PhaseConfig:
     return PhaseConfig(**values)  # type: ignore[arg-type]
 
 
-@dataclass(frozen=True)
-class TraceReading:
-    """The files read, and the ones skipped with the reason (their message names them)."""
-
-    traces: list[RankTrace]
-    problems: list[str]
-
-
 def read_traces(paths: Sequence[Path], limits: TraceLimits | None = None,
                 workers: int = 1) -> TraceReading:
-    """Read every trace file under ``paths``; a bad file is skipped and reported.
-
-    ``workers > 1`` reads files in parallel processes (one file per rank, as HTA does). Keep
-    the default of 1 inside Celery workers: their daemonic processes cannot have children.
-    Raises ``AdapterError`` when a path does not exist or no file at all is readable.
-    """
-    files = find_trace_files(paths)
-    if not files:
-        raise AdapterError(f"no trace files (*.json, *.json.gz) in {_names(paths)}",
-                           service="kineto")
-    results = KinetoReader(limits or trace_limits()).read_many(files, workers)
-    traces = [r for r in results if isinstance(r, RankTrace)]
-    problems = [f"skipped: {r}" for r in results if isinstance(r, AdapterError)]
-    if not traces:
-        raise AdapterError("no readable trace file: " + "; ".join(problems), service="kineto")
-    return TraceReading(traces, problems)
+    """Read every trace file under ``paths`` within the configured limits (see
+    ``kineto.read_trace_paths``)."""
+    return read_trace_paths(paths, limits or trace_limits(), workers)
 
 
 def analyze_paths(paths: Sequence[Path], config: PhaseConfig | None = None,
                   limits: TraceLimits | None = None, workers: int = 1) -> TraceAnalysis:
     """Read and analyse the traces of one run; skipped files make the result partial."""
     reading = read_traces(paths, limits, workers)
-    return _with_problems(analyze(reading.traces, config or trace_config()), reading.problems)
-
-
-def _with_problems(analysis: TraceAnalysis, problems: list[str]) -> TraceAnalysis:
-    if not problems:
-        return analysis
-    return replace(analysis, partial=True, warnings=(*problems, *analysis.warnings))
+    return with_skipped(analyze(reading.traces, config or trace_config()), reading.problems)
 
 
 def import_trace(job: Job, paths: Sequence[Path], config: PhaseConfig | None = None,
@@ -118,8 +93,7 @@ def import_trace(job: Job, paths: Sequence[Path], config: PhaseConfig | None = N
     4. Run the diagnosis again: the trace's phases are facts of it.
     """
     reading = read_traces(paths, limits)
-    analysis = _with_problems(analyze(reading.traces, config or trace_config()),
-                              reading.problems)
+    analysis = with_skipped(analyze(reading.traces, config or trace_config()), reading.problems)
     span = _recorded_span(reading.traces)
     mismatch = job_mismatch(job, span)
     if mismatch:
@@ -195,10 +169,6 @@ def _rank_row(run: TraceRun, rank: RankResult) -> TraceRankPhases:
         **({f"gpu_{k}": round(v, 3) for k, v in gpu.as_dict().items()} if gpu else {}),
         device_host=origin.host[:255], device_index=origin.device,
         device_name=origin.device_name[:128])
-
-
-def _names(paths: Sequence[Path]) -> str:
-    return ", ".join(str(p) for p in paths)
 
 
 # --- Uploads (the job page and the API) --------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +20,20 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.clusters.models import Cluster
+from apps.clusters.models import Cluster, Partition
 from apps.core.models import TaskRun
 from apps.core.runs import mark_partial, tracked_run
 from apps.security import ingest
 from apps.security.adapters import telemetry
 from apps.security.detection import RunReport, Sources, detect, read_ahead
-from apps.security.models import AllowListEntry, DetectionState
+from apps.security.models import (
+    AllowListEntry,
+    ComponentAlias,
+    DetectionState,
+    IbStorageBaseline,
+    QuietSchedule,
+    SshAllowedSource,
+)
 
 
 def run_window(cluster: Cluster, since: datetime, until: datetime,
@@ -134,6 +141,17 @@ class DetectionProblem:
     run_id: int
     status: str
 
+    @property
+    def headline(self) -> str:
+        """"telemetry rules have not run since 2026-12-03 14:05 UTC: <reason>"."""
+        when = f"{self.since:%Y-%m-%d %H:%M} UTC" if self.since else None
+        if self.telemetry:
+            head = f"telemetry rules have not run since {when or 'they were set up'}"
+        else:
+            head = f"security detection has been incomplete since {when or 'its first run'}"
+        more = f" (and {self.more} more)" if self.more else ""
+        return f"{head}: {self.reason}{more}"
+
 
 def detection_problem(cluster: Cluster) -> DetectionProblem | None:
     """What the banner on the Security page and the job page says, or None (all read)."""
@@ -177,6 +195,7 @@ def detect_simulated(cluster: Cluster, folder: Path, now: datetime) -> dict[str,
         AllowListEntry.objects.get_or_create(
             kind=AllowListEntry.Kind.ADMIN_USER, value=name, cluster=cluster,
             defaults={"reason": "the simulated site's Slurm administrator"})
+    site_examples(cluster)
     notes = []
     for label, result in _demo_inputs(cluster, folder, now):
         if result.skipped:
@@ -189,6 +208,32 @@ def detect_simulated(cluster: Cluster, folder: Path, now: datetime) -> dict[str,
                                                       script_limit=None), 24, notes)
     r = report.recorded
     return {"findings": len(set(r.ids)), "created": r.created, "skipped": len(report.skipped)}
+
+
+def site_examples(cluster: Cluster) -> None:
+    """One example of each kind of site configuration, as the simulated site would set it
+    (idempotent). The simulator's logins all come from 10.20.0.0/22, so listing that as the
+    login nodes turns ``ssh_unexpected_source`` on without a false alarm; the baseline is
+    above the simulated storage traffic and below the planted 9.5 GB/s; the quiet window is
+    off (an example to enable), so the planted findings stay as they are."""
+    mine = {"cluster": cluster}
+    SshAllowedSource.objects.get_or_create(**mine, network="10.20.0.0/22", defaults={
+        "name": "login nodes", "who": SshAllowedSource.Who.EVERYONE,
+        "reason": "the simulated site's login and transfer nodes"})
+    SshAllowedSource.objects.get_or_create(**mine, network="10.20.9.5/32", defaults={
+        "name": "admin bastion", "who": SshAllowedSource.Who.ADMINS,
+        "reason": "example: only admin users may come from the bastion"})
+    QuietSchedule.objects.get_or_create(**mine, nodes="*", gpus="0", defaults={
+        "repeat": QuietSchedule.Repeat.DAILY, "start_time": time(4, 0), "minutes": 5,
+        "reason": "example: a daily DCGM diagnostic on GPU 0 (enable it if the site runs one)",
+        "enabled": False})
+    partition = Partition.objects.filter(cluster=cluster).order_by("name").first()
+    where = {"partition": partition.name} if partition else {"nodes": "*"}
+    IbStorageBaseline.objects.get_or_create(**mine, name="Lustre clients", defaults={
+        **where, "gbytes_per_s": 4.0,
+        "reason": "example: the storage traffic these nodes carry without multi-node jobs"})
+    ComponentAlias.objects.get_or_create(alias="site_torch", defaults={
+        "component": "pytorch", "note": "example: a name a site's own inventory might use"})
 
 
 def _demo_inputs(cluster: Cluster, folder: Path,

@@ -19,6 +19,11 @@ def _run(world: int, slow_rank: int | None = None, phase: str = "", by: float = 
          steps: int = 7, slow_steps: set[int] | None = None, base: Step | None = None,
          options: Options | None = None):
     """``world`` jittery ranks; ``slow_rank`` does ``by`` ms more ``phase`` in ``slow_steps``."""
+    return simulate(_plans(world, slow_rank, phase, by, slow_steps, steps, base), options)
+
+
+def _plans(world: int, slow_rank: int | None, phase: str, by: float,
+           slow_steps: set[int] | None, steps: int = 7, base: Step | None = None):
     base = base or Step()
     plans = []
     for rank in range(world):
@@ -29,7 +34,7 @@ def _run(world: int, slow_rank: int | None = None, phase: str = "", by: float = 
                 step = replace(step, **{phase: getattr(step, phase) + by})
             plan.append(step)
         plans.append(plan)
-    return simulate(plans, options)
+    return plans
 
 
 # --- The verdict ---------------------------------------------------------------------------
@@ -76,6 +81,40 @@ def test_one_slow_step_is_not_a_straggler():
 def test_a_straggler_in_most_steps_is_found():
     analysis = analyze(_run(4, 3, "data", 50.0, slow_steps={0, 1, 2, 4, 5, 6}))
     assert analysis.straggler is not None and analysis.straggler.rank == 3
+    assert not analysis.straggler.intermittent
+    assert analysis.straggler.steps == (2, 3, 4, 6, 7, 8)  # step numbers start at 2
+
+
+# (id, world, slow rank, phase, ms, slowed step indexes, noise: {(rank, index): ms}, expected)
+INTERMITTENT = [
+    ("one-in-three", 3, 2, "backward", 50.0, {0, 3, 6}, {}, (2, "backward", (2, 5, 8))),
+    ("one-in-three-2-ranks", 2, 0, "optimizer", 40.0, {1, 4}, {}, (0, "optimizer", (3, 6))),
+    ("with-a-one-off-elsewhere", 4, 1, "data", 50.0, {0, 3, 6}, {(3, 4): 40.0},
+     (1, "data_loading", (2, 5, 8))),
+    ("one-slow-step-is-noise", 4, 1, "data", 50.0, {3}, {}, None),
+    ("two-ranks-each-slow-twice", 3, 1, "data", 50.0, {0, 4}, {(2, 2): 50.0, (2, 6): 50.0},
+     None),
+    ("under-twice-the-threshold", 3, 2, "backward", 8.0, {0, 3, 6}, {}, None),
+]
+
+
+@pytest.mark.parametrize(("world", "slow", "phase", "by", "steps", "noise", "expected"),
+                         [c[1:] for c in INTERMITTENT], ids=[c[0] for c in INTERMITTENT])
+def test_an_intermittent_straggler_is_found_with_its_steps(world, slow, phase, by, steps,
+                                                           noise, expected):
+    plans = _plans(world, slow, phase, by, steps)
+    for (rank, index), ms in noise.items():
+        plans[rank][index] = replace(plans[rank][index], data=plans[rank][index].data + ms)
+    analysis = analyze(simulate(plans))
+    got = analysis.straggler and (analysis.straggler.rank, analysis.straggler.phase,
+                                  analysis.straggler.steps)
+    assert got == expected
+    if expected:
+        assert analysis.straggler.intermittent
+        assert analysis.straggler.excess_ms == pytest.approx(by, abs=1.5)
+        assert analysis.waiting_ranks == tuple(r for r in range(world) if r != slow)
+        assert "intermittent" in analysis.summary
+        assert f"on steps #{expected[2][0]}, #{expected[2][1]}" in analysis.summary
 
 
 def test_a_balanced_run_dominated_by_collectives_is_communication_bound():
@@ -282,3 +321,59 @@ def test_subtract_and_partition_give_every_instant_one_label():
     assert subtract([(0, 10)], [(2, 3), (5, 7)]) == [(0, 2), (3, 5), (7, 10)]
     segments = partition((0, 10), [("comm", [(4, 6)]), ("fwd", [(0, 5)]), ("bwd", [(5, 12)])])
     assert segments == [(0, 4, "fwd"), (4, 6, "comm"), (6, 10, "bwd")]
+
+
+# --- Traces of different runs ------------------------------------------------------------------
+
+A100, V100 = "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"
+
+
+def _with_origin(trace, **origin):
+    from apps.analysis.trace_types import Origin
+
+    return replace(trace, origin=Origin(**{"device": trace.distributed.rank, **origin}))
+
+
+MIXED = [
+    # (id, how rank 1's file differs, the reason named)
+    ("another GPU model", lambda t: _with_origin(t, device_name=V100), "GPU model"),
+    ("another NCCL version",
+     lambda t: replace(t, distributed=replace(t.distributed, nccl_version="2.18.3")),
+     "NCCL version"),
+    ("the same process as rank 0",
+     lambda t: _with_origin(t, device_name=A100, host="gpu01", pid=4242),
+     "one process is one rank"),
+    ("epoch times a day later, no baseTimeNanoseconds",
+     lambda t: replace(t, base_time_ns=None, events=tuple(
+         replace(e, ts=e.ts + 1.7e15 + 86_400e6) for e in t.events)),
+     "recorded at a time no other file covers"),
+]
+
+
+@pytest.mark.parametrize(("change", "reason"), [c[1:] for c in MIXED], ids=[c[0] for c in MIXED])
+def test_traces_of_different_runs_name_no_straggler(change, reason):
+    traces = _run(3, 1, "data", 30.0, options=Options(gpu=True))
+    traces = [_with_origin(t, device_name=A100, host="gpu01", pid=4242 + t.rank)
+              for t in traces]
+    traces = [replace(t, distributed=replace(t.distributed, nccl_version="2.17.1"))
+              for t in traces]
+    if reason.startswith("recorded"):  # all files epoch-timed, rank 1's on another day
+        traces = [replace(t, base_time_ns=None, events=tuple(
+            replace(e, ts=e.ts + 1.7e15) for e in t.events)) for t in traces]
+    assert analyze(traces).straggler.rank == 1  # the same run: named
+    traces[1] = change(traces[1])
+    if reason == "one process is one rank":
+        traces[1] = replace(traces[1], origin=replace(traces[1].origin, pid=traces[0].origin.pid))
+    analysis = analyze(traces)
+    assert analysis.straggler is None and analysis.mixed_runs and analysis.partial
+    assert any(reason in w for w in analysis.warnings)
+    assert "no straggler is named" in analysis.warnings[-1] or any(
+        "no straggler is named" in w for w in analysis.warnings)
+    assert "different runs" in analysis.summary
+
+
+def test_a_rank_without_world_size_counts_the_ranks_given():
+    traces = [replace(t, distributed=replace(t.distributed, world_size=None))
+              for t in _run(3, 2, "data", 30.0)]
+    analysis = analyze(traces)
+    assert analysis.world_size == 3 and analysis.straggler.rank == 2 and not analysis.partial

@@ -182,4 +182,5 @@ def test_import_sacct_labels_jobs_from_saved_scripts(cluster, tmp_path):
                   scripts=str(tmp_path))
     assert "labels: 1 of 30 jobs labelled" in out
     assert Job.objects.get(job_id=21).labels["pipeline_parallel"] == 2
-    assert Job.objects.get(job_id=5).labels == {"rules": 1}
+    # a stored script with no #SBATCH --output: Slurm's default applies (stdout "")
+    assert Job.objects.get(job_id=5).labels == {"rules": 2, "stdout": ""}

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from apps.guardrails import replay, report
+from apps.demo import alerts as report
+from apps.guardrails import replay
 from apps.guardrails.live import alert_config
 from apps.guardrails.models import Alert
 from tests.jobs.sim_jobs import load_cluster, load_jobs

@@ -19,6 +19,11 @@ SCENARIOS_3 = [
     Scenario("slow_forward", slow_rank=2, phase="forward", delay_ms=DELAY_MS),
     Scenario("slow_backward", slow_rank=0, phase="backward", delay_ms=DELAY_MS),
     Scenario("slow_optimizer", slow_rank=1, phase="optimizer", delay_ms=DELAY_MS),
+    # an intermittent straggler: a periodic hook in rank 2's backward, one step in three
+    # (2.5 times the delay, so that it stands out on a loaded 2-core machine); 12 traced
+    # steps give 4 slow ones among the 11 analysed
+    Scenario("slow_backward_every_3", slow_rank=2, phase="backward", delay_ms=2.5 * DELAY_MS,
+             steps=12, every=3),
 ]
 # World size 2: the leave-one-out median is then the other rank alone.
 SCENARIOS_2 = [

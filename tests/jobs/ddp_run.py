@@ -27,19 +27,27 @@ PHASES = ("data_loading", "forward", "backward", "optimizer")
 
 @dataclass(frozen=True)
 class Scenario:
-    """One profiled run: ``slow_rank`` gets ``delay_ms`` of extra work per step in ``phase``."""
+    """One profiled run: ``slow_rank`` gets ``delay_ms`` of extra work in ``phase`` on every
+    ``every``-th step (1: every step; 3: a periodic hook, one step in three)."""
 
     name: str
     slow_rank: int | None = None
     phase: str | None = None  # one of PHASES
     delay_ms: float = 0.0
     steps: int = 8  # active (traced) steps
+    every: int = 1
+
+    def slow_at(self, rank: int, step: int) -> bool:
+        """Is ``rank`` slowed on iteration ``step`` (which the profiler names ProfilerStep#step)."""
+        return self.slow_rank == rank and step % self.every == 0
 
 
 @dataclass
 class _Timer:
     phases: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PHASES})
     injected: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PHASES})
+    slow_steps: list[int] = field(default_factory=list)  # iterations that were slowed
+    step: int = 0  # the current iteration
 
 
 def _free_port() -> int:
@@ -65,7 +73,8 @@ def _make_parts(rank: int, scenario: Scenario, timer: _Timer) -> tuple[Any, Any,
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, TensorDataset
 
-    slow = scenario.slow_rank == rank
+    def slow() -> bool:
+        return scenario.slow_at(rank, timer.step)
 
     class Net(nn.Module):
         def __init__(self) -> None:
@@ -73,10 +82,10 @@ def _make_parts(rank: int, scenario: Scenario, timer: _Timer) -> tuple[Any, Any,
             self.body = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 8))
 
         def forward(self, x: Any) -> Any:
-            if slow and scenario.phase == "forward":
+            if slow() and scenario.phase == "forward":
                 _timed(timer, "forward", scenario.delay_ms)
             out = self.body(x)
-            if slow and scenario.phase == "backward":
+            if slow() and scenario.phase == "backward":
                 out = _SlowBackward.apply(out)
             return out
 
@@ -93,12 +102,12 @@ def _make_parts(rank: int, scenario: Scenario, timer: _Timer) -> tuple[Any, Any,
     class SlowSGD(torch.optim.SGD):
         def step(self, closure: Any = None) -> Any:
             loss = super().step(closure)
-            if slow and scenario.phase == "optimizer":
+            if slow() and scenario.phase == "optimizer":
                 _timed(timer, "optimizer", scenario.delay_ms)
             return loss
 
     def collate(batch: list[Any]) -> Any:
-        if slow and scenario.phase == "data_loading":
+        if slow() and scenario.phase == "data_loading":
             # an input stall: the rank waits for its file system, the CPU is idle
             start = time.perf_counter()
             time.sleep(scenario.delay_ms / 1000)
@@ -132,7 +141,10 @@ def _run_scenario(rank: int, scenario: Scenario, out: Path) -> dict[str, Any]:
     handler = tensorboard_trace_handler(str(out / "traces"), worker_name=f"rank{rank}")
     dist.barrier()
     with profile(activities=[ProfilerActivity.CPU], schedule=plan, on_trace_ready=handler) as prof:
-        for _ in range(scenario.steps + 3):
+        for step in range(scenario.steps + 3):
+            timer.step = step
+            if scenario.slow_at(rank, step):
+                timer.slow_steps.append(step)
             t0 = time.perf_counter()
             x, y = next(batches)
             t1 = time.perf_counter()
@@ -180,7 +192,9 @@ def _truth(scenario: Scenario, out: Path, world_size: int) -> dict[str, Any]:
                              "straggler": None, "wall_ms": [t["phases"] for t in timings]}
     if injected:
         (rank, phase), ms = max(injected.items(), key=lambda item: item[1])
-        truth["straggler"] = {"rank": rank, "phase": phase, "injected_ms": ms}
+        truth["straggler"] = {"rank": rank, "phase": phase, "injected_ms": ms,
+                              "every": scenario.every,
+                              "slow_steps": timings[rank]["slow_steps"]}
     return truth
 
 

@@ -46,7 +46,7 @@ def test_gzip_is_detected_by_its_magic_bytes_not_its_name(tmp_path):
 @pytest.mark.parametrize("name", [NEW_NCCL, OLD_NCCL])
 def test_it_keeps_nccl_kernels_with_the_hta_fixture_shape(tmp_path, name):
     doc = _doc(gpu=True, nccl_name=name)
-    doc["deviceProperties"] = [{"id": 0, "name": "NVIDIA A100-SXM4-40GB"}]
+    doc["deviceProperties"] = [{"id": 1, "name": "NVIDIA A100-SXM4-40GB"}]  # builder: pid 1
     doc["distributedInfo"]["nccl_version"] = "2.17.1"
     # a kernel as the HTA test trace carries it: device/stream/correlation and the
     # record_param_comms metadata Kineto copies onto it
@@ -60,7 +60,10 @@ def test_it_keeps_nccl_kernels_with_the_hta_fixture_shape(tmp_path, name):
     nccl = [e for e in trace.events if e.kind is Kind.KERNEL and e.name == name]
     assert len(nccl) == 5 and any(e.collective == "allreduce" and e.correlation == 4242
                                   for e in nccl)
-    assert any(e.kind is Kind.LAUNCH and e.correlation is not None for e in trace.events)
+    # launches are kept as a correlation -> time map, not as events
+    assert trace.launches and not any(e.kind is Kind.LAUNCH for e in trace.events)
+    assert trace.origin.device == 1 and trace.origin.device_name == "NVIDIA A100-SXM4-40GB"
+    assert trace.distributed.nccl_version == "2.17.1"
 
 
 def test_on_demand_ranks_written_as_a_string_are_parsed(tmp_path):

@@ -47,6 +47,21 @@ def test_it_names_the_slowed_rank_and_phase(ddp_traces, scenario):
     assert result["straggler"]["excess_ms"] <= 1.6 * expected["injected_ms"]
     others = [r for r in range(truth["world_size"]) if r != expected["rank"]]
     assert result["waiting_ranks"] == others
+    assert result["straggler"]["intermittent"] is (expected["every"] > 1)
+
+
+def test_an_intermittent_straggler_is_named_with_the_steps_it_was_slow(ddp_traces):
+    folder, truth = ddp_traces["slow_backward_every_3"]
+    result = _json_report(folder)
+    straggler, expected = result["straggler"], truth["straggler"]
+    analysed = range(2, 2 + result["steps"])  # ProfilerStep#2.. (the export step left out)
+    assert straggler["intermittent"] and straggler["rank"] == expected["rank"] == 2
+    assert straggler["steps"] == [s for s in expected["slow_steps"] if s in analysed]
+    assert len(straggler["steps"]) == 4 and result["steps"] == 11
+    # the median step hides it: averaged over all steps rank 2 is barely slower
+    mean_excess = straggler["excess_ms"] * len(straggler["steps"]) / result["steps"]
+    assert mean_excess < 0.5 * straggler["excess_ms"]
+    assert "intermittent" in result["verdict"]
 
 
 @pytest.mark.parametrize("scenario", BALANCED)
@@ -71,7 +86,8 @@ def test_the_json_has_the_issue_shape_and_phases_add_up_to_the_step(ddp_traces):
     folder, truth = ddp_traces["slow_forward"]
     result = _json_report(folder)
     assert list(result) == ["world_size", "steps", "ranks", "dominant_phase", "straggler",
-                            "waiting_ranks"]
+                            "waiting_ranks", "timeline", "verdict"]
+    assert all(r["gpu"] is None and r["device"] is None for r in result["ranks"])
     assert result["world_size"] == truth["world_size"] == len(result["ranks"])
     # 8 traced steps, the last one (the export) excluded
     assert result["steps"] == 7

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 
 from apps.clusters.models import Cluster
-from apps.core import demo
-from apps.security import report
+from apps.demo import findings as report
+from apps.demo import loader as demo
 from apps.security.models import Finding
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -36,3 +36,21 @@ def test_the_demo_finds_the_injected_incidents_and_nothing_else(folder):
     again = demo.load(folder)
     assert again.stages["security"]["created"] == 0  # loading again changes nothing
     assert Finding.objects.count() == stage["findings"]
+
+
+def test_the_demo_shows_one_example_of_each_site_setting_and_they_run(folder):
+    from apps.security.models import (
+        ComponentAlias,
+        IbStorageBaseline,
+        QuietSchedule,
+        SshAllowedSource,
+    )
+
+    loaded = demo.load(folder)
+    assert loaded.stages["security"]["findings"] > 0
+    assert set(SshAllowedSource.objects.values_list("who", flat=True)) == {"everyone", "admins"}
+    assert QuietSchedule.objects.get().when() == "daily at 04:00 for 5 min (UTC)"
+    assert IbStorageBaseline.objects.count() == ComponentAlias.objects.count() == 1
+    # the login-source rule now runs on the demo: every simulated login is from the login
+    # nodes, so it stays silent (and the test above shows nothing else changed)
+    assert not Finding.objects.filter(rule_key="ssh_unexpected_source").exists()

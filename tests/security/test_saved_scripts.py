@@ -4,14 +4,15 @@ does: the header goes, line numbers stay the script's, ``NONE`` is no script."""
 
 from __future__ import annotations
 
+import io
 import random
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
-from apps.security.detection import Sources, detect
 from apps.security.models import Finding, ScriptScan
 from apps.security.saved_scripts import read_folder
 from tests.analysis.security_builders import hf_token
@@ -64,11 +65,26 @@ def test_detect_finds_a_secret_in_a_saved_sacct_file_on_the_scripts_line(world, 
     script_line = SUBMITTED.read_text().splitlines().index("export HF_TOKEN=PLACEHOLDER_TOKEN")
     make_job(world.cluster, int(job), world.users["bob"], world.team_a,
              submit_time=START + timedelta(minutes=5))
-    report = detect(world.cluster, START, START + timedelta(minutes=30),
-                    Sources(scripts=tmp_path))
+    out = io.StringIO()
+    call_command("detect", "--cluster", world.cluster.name, "--since", START.isoformat(),
+                 "--until", (START + timedelta(minutes=30)).isoformat(), "--scripts",
+                 str(tmp_path), stdout=out, stderr=io.StringIO())
     [finding] = Finding.objects.filter(rule_key="secret_in_job_script")
     assert finding.evidence["where"].startswith(f"batch script, line {script_line + 1},")
-    assert token not in str(finding.evidence)
+    assert token not in str(finding.evidence) and token not in out.getvalue()
     # the world's other jobs of the week have no saved script
-    assert "(1 of 5 jobs had a script or environment)" in report.sources["job scripts"]
+    assert "(1 of 5 jobs had a script or environment)" in out.getvalue()
     assert ScriptScan.objects.get(job__job_id=int(job)).had_script
+
+
+@pytest.mark.django_db
+def test_a_scripts_folder_that_cannot_be_read_is_a_failed_source(world, tmp_path):
+    from django.core.management.base import CommandError
+
+    make_job(world.cluster, 160, world.users["bob"], world.team_a,
+             submit_time=START + timedelta(minutes=5))
+    with pytest.raises(CommandError, match="failed"):
+        call_command("detect", "--cluster", world.cluster.name, "--since", START.isoformat(),
+                     "--until", (START + timedelta(minutes=30)).isoformat(), "--scripts",
+                     str(tmp_path / "missing"), stdout=io.StringIO(), stderr=io.StringIO())
+    assert not ScriptScan.objects.exists()  # scanned again once the folder is back

@@ -25,6 +25,13 @@ _SPACE = re.compile(r"[ \t\n\r]*")
 _JSON_START = set('[{"-0123456789tfn')
 
 
+# Text of whole elements -> the same text without the elements its caller never needs, and
+# how many it removed. It must remove whole elements only (with their separating comma) and
+# may leave any it is unsure of; if what it leaves does not decode, the elements are decoded
+# one at a time from the original text instead.
+Prefilter = Callable[[str], tuple[str, int]]
+
+
 class JsonStreamError(ValueError):
     """The bytes are not JSON (``not_json``) or not an object with the array expected."""
 
@@ -36,8 +43,10 @@ class JsonStreamError(ValueError):
 class _Buffer:
     """Decoded text with a read position; pulls more chunks when a value runs past the end."""
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
+    def __init__(self, chunks: Iterator[bytes], prefilter: Prefilter | None = None) -> None:
         self.chunks = chunks
+        self.prefilter = prefilter
+        self.filtered = 0  # elements the prefilter removed from batches that decoded
         self.utf8 = codecs.getincrementaldecoder("utf-8")()
         self.text, self.pos, self.eof = "", 0, False
         self.fresh = False  # new text arrived since the last batch() attempt
@@ -72,11 +81,15 @@ class _Buffer:
         cut = self.text.rfind("},", self.pos)
         if cut < 0:
             return []
+        body, removed = self.text[self.pos:cut + 1], 0
+        if self.prefilter is not None:
+            body, removed = self.prefilter(body)
         try:
-            items: list[Any] = orjson.loads("[" + self.text[self.pos:cut + 1] + "]")
+            items: list[Any] = orjson.loads("[" + body + "]")
         except orjson.JSONDecodeError:  # also what orjson refuses and json takes (NaN,
             return []                   # huge integers): the value path decodes those
         self.pos = cut + 2
+        self.filtered += removed
         return items
 
     def peek(self) -> str:
@@ -133,21 +146,23 @@ def _describe(exc: Exception, pos: int) -> str:
     return f"Expecting value at character {pos}"
 
 
-def walk(chunks: Iterator[bytes], array_key: str,
-         on_items: Callable[[list[Any]], None]) -> dict[str, Any]:
+def walk(chunks: Iterator[bytes], array_key: str, on_items: Callable[[list[Any]], None],
+         prefilter: Prefilter | None = None) -> dict[str, Any]:
     """Stream ``array_key``'s elements to ``on_items``, a list at a time; return the rest.
 
+    ``prefilter`` may drop elements from the text of a batch before it is decoded (see
+    ``Prefilter``); ``array_key``'s member then counts them too.
     Raises ``JsonStreamError``; its ``not_json`` is False when the text is JSON but not an
     object holding an ``array_key`` list.
     """
     members: dict[str, Any] = {}
-    for items in stream(chunks, array_key, members):
+    for items in stream(chunks, array_key, members, prefilter=prefilter):
         on_items(items)
     return members
 
 
 def stream(chunks: Iterator[bytes], array_key: str, members: dict[str, Any] | None = None,
-           batches: bool = True) -> Iterator[list[Any]]:
+           batches: bool = True, prefilter: Prefilter | None = None) -> Iterator[list[Any]]:
     """The generator behind ``walk``: yields ``array_key``'s elements a list at a time and
     stores every other member in ``members`` as it is read (``array_key`` itself gets the
     element count), so a caller sees members that come before the array (``errors``) by
@@ -158,7 +173,7 @@ def stream(chunks: Iterator[bytes], array_key: str, members: dict[str, Any] | No
     inside an element and the chunk-wide attempt would fail and cost a parse for nothing.
     """
     members = {} if members is None else members
-    buffer = _Buffer(chunks)
+    buffer = _Buffer(chunks, prefilter)
     first = buffer.peek()
     if first != "{":
         if first in _JSON_START:
@@ -171,7 +186,7 @@ def stream(chunks: Iterator[bytes], array_key: str, members: dict[str, Any] | No
             raise JsonStreamError(f"an object key must be a string, found {key!r}")
         buffer.expect(":", f"after the key {key!r}")
         if key == array_key:
-            members[key] = yield from _stream_array(buffer, batches)
+            members[key] = (yield from _stream_array(buffer, batches)) + buffer.filtered
         else:
             members[key] = buffer.value()
         if buffer.peek() == ",":

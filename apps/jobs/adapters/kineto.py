@@ -15,13 +15,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import math
-import multiprocessing
 import re
 import sys
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -46,7 +44,32 @@ _KEPT_CPU_OPS = (
     "nccl:",
     "gloo:",
 )
+# Runtime calls that launch no GPU work (so no kernel carries their correlation id)
+_NOT_LAUNCHES = ("cudaEvent", "cudaStreamWaitEvent", "cudaStreamIsCapturing",
+                 "cudaStreamGetCaptureInfo", "cudaOccupancy", "cudaFuncSetAttribute",
+                 "cudaFuncGetAttributes", "cudaPeekAtLastError", "cudaGetLastError",
+                 "cudaPointerGetAttributes", "cudaDeviceGetAttribute", "cudaGetDevice",
+                 "cudaSetDevice", "cudaStreamGetPriority", "cudaDeviceGetStreamPriorityRange",
+                 "hipGetDevice", "hipEvent", "hipStreamWaitEvent", "hipDeviceGetAttribute",
+                 "hipSetDevice")
+# What the reader never keeps, recognised in the text before it is decoded (most of a
+# trace): events that are not complete (flows, instants, counters), aten:: and other CPU
+# ops the analysis does not read, runtime calls that launch nothing, Python functions.
+# Kineto writes every event as {"ph": ..., "cat": ..., "name": ...}; an element is matched
+# only when nothing in it can reach into the next one (at most one nested object, its
+# args, and no brace in a string), so whatever is unsure stays and is decoded.
+_UNNEEDED_EVENT = re.compile(
+    r'\{\s*"ph"\s*:\s*"(?:[^X"]"'
+    r'|X"\s*,\s*"cat"\s*:\s*"(?:'
+    r'cpu_op"\s*,\s*"name"\s*:\s*"(?!' + "|".join(re.escape(n) for n in _KEPT_CPU_OPS)
+    + r')(?![^"]*Backward)'
+    r'|(?:cuda_runtime|cuda_driver)"\s*,\s*"name"\s*:\s*"(?:'
+    + "|".join(re.escape(n) for n in _NOT_LAUNCHES) + r')'
+    r'|(?:python_function|Trace|cpu_instant_event|overhead|cuda_sync|cuda_event)"))'
+    r'[^{}]*(?:\{[^{}]*\}[^{}]*)?\},?\s*')
 _MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
+_KEPT_CATS = frozenset({"user_annotation", "gpu_user_annotation", "kernel", "collective_comm",
+                        *_MEMORY_CATS})
 # ROCm traces use the same categories: hipLaunchKernel is a "cuda_runtime" event
 _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 _INT_RE = re.compile(r"-?\d+")
@@ -93,6 +116,10 @@ class KinetoReader:
         """
         if workers <= 1 or len(paths) < 2:
             return [self._read_or_error(path) for path in paths]
+        # imported here: a single file (the common case) needs no pool
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
         # fork: the children only parse files, and start in milliseconds
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(min(workers, len(paths)), mp_context=context) as pool:
@@ -111,6 +138,34 @@ class KinetoReader:
                                f"{self.limits.max_file_bytes / MIB:.0f} MiB per trace file")
         if size == 0:
             raise _error(path, "is empty")
+
+
+@dataclass(frozen=True)
+class TraceReading:
+    """The files read, and the ones skipped with the reason (their message names them)."""
+
+    traces: list[RankTrace]
+    problems: list[str]
+
+
+def read_trace_paths(paths: Sequence[Path], limits: TraceLimits | None = None,
+                     workers: int = 1) -> TraceReading:
+    """Read every trace file under ``paths``; a bad file is skipped and reported.
+
+    ``workers > 1`` reads files in parallel processes (one file per rank, as HTA does). Keep
+    the default of 1 inside Celery workers: their daemonic processes cannot have children.
+    Raises ``AdapterError`` when a path does not exist or no file at all is readable.
+    """
+    files = find_trace_files(paths)
+    if not files:
+        raise AdapterError(f"no trace files (*.json, *.json.gz) in "
+                           f"{', '.join(str(p) for p in paths)}", service=SERVICE)
+    results = KinetoReader(limits).read_many(files, workers)
+    traces = [r for r in results if isinstance(r, RankTrace)]
+    problems = [f"skipped: {r}" for r in results if isinstance(r, AdapterError)]
+    if not traces:
+        raise AdapterError("no readable trace file: " + "; ".join(problems), service=SERVICE)
+    return TraceReading(traces, problems)
 
 
 def find_trace_files(paths: Iterable[Path]) -> list[Path]:
@@ -210,25 +265,51 @@ class _Parsed:
     dropped: int = 0
     devices: Counter[int] = field(default_factory=Counter)
     step_pids: Counter[Any] = field(default_factory=Counter)
+    launches: dict[int, float] = field(default_factory=dict)
 
     def take(self, raws: list[Any]) -> None:
-        """Look at raw events: keep each, count it as dropped, or let it go."""
+        """Look at raw events: keep each, count it as dropped, or let it go.
+
+        Most of a trace is let go (aten:: ops, flows, instants, runtime calls other than
+        launches), so the ways out come first; launches are kept as a bare
+        ``correlation -> time`` map, not as events.
+        """
         self.seen_events += len(raws)
+        events, devices = self.events, self.devices
         for raw in raws:
-            # the fast way out for the bulk of a trace: aten:: ops on the CPU
-            if raw.__class__ is dict and raw.get("cat") == "cpu_op":
+            if raw.__class__ is not dict or raw.get("ph") != "X":
+                continue
+            cat = raw.get("cat")
+            if cat == "cpu_op":
                 name = raw.get("name")
                 if name.__class__ is str and not _kept_cpu_op(name):
                     continue
+            elif cat in _LAUNCH_CATS:
+                self.launch(raw)
+                continue
+            elif cat not in _KEPT_CATS:
+                continue
             kept = _event(raw)
             if kept is _DROPPED:
                 self.dropped += 1
-            elif isinstance(kept, TraceEvent):
-                self.events.append(kept)
-                if kept.device >= 0:
-                    self.devices[kept.device] += 1
-                elif kept.kind is Kind.STEP:
+            elif kept.__class__ is TraceEvent:
+                events.append(kept)  # type: ignore[arg-type]
+                if kept.device >= 0:  # type: ignore[attr-defined]
+                    devices[kept.device] += 1  # type: ignore[attr-defined]
+                elif kept.kind is Kind.STEP:  # type: ignore[attr-defined]
                     self.step_pids[raw.get("pid")] += 1
+
+    def launch(self, raw: dict[str, Any]) -> None:
+        """A CPU call that launched GPU work: when, under which ``correlation`` id."""
+        args = raw.get("args")
+        correlation = args.get("correlation") if args.__class__ is dict else None  # type: ignore[union-attr]
+        if correlation.__class__ is not int:
+            return
+        ts, dur = _time(raw.get("ts")), _time(raw.get("dur", 0))
+        if ts is None or dur is None or not (0 <= dur < _INF and -_INF < ts < _INF):
+            self.dropped += 1
+        else:
+            self.launches.setdefault(correlation, ts)
 
     def rank_trace(self, source: str, sha256: str) -> RankTrace:
         """Check the file was a trace and build the value the analysis reads."""
@@ -247,7 +328,8 @@ class _Parsed:
                          f"reads device {self.devices.most_common(1)[0][0]}, where most ran")
         return RankTrace(source=source, distributed=distributed, events=tuple(self.events),
                          base_time_ns=base, sha256=sha256, dropped=self.dropped,
-                         notes=tuple(notes), origin=self.origin(path))
+                         notes=tuple(notes), origin=self.origin(path),
+                         launches=self.launches)
 
     def origin(self, path: Path) -> Origin:
         """Host, process and GPU of the trace, from what the file says (see ``Origin``)."""
@@ -265,16 +347,24 @@ class _Parsed:
                       devices=tuple(sorted(set(names.values()))))
 
 
+def _unneeded_removed(text: str) -> tuple[str, int]:
+    """``jsonstream.Prefilter``: the text of a batch of events without those never kept."""
+    kept, removed = _UNNEEDED_EVENT.subn("", text)
+    return (kept.rstrip().rstrip(",") if removed else kept), removed
+
+
 def _parse(path: Path, chunks: Iterator[bytes]) -> _Parsed:
     """One pass over the bytes: each trace event is looked at once, then kept or dropped."""
     parsed = _Parsed(events=[])
     try:
-        members = walk(chunks, "traceEvents", parsed.take)
+        members = walk(chunks, "traceEvents", parsed.take, prefilter=_unneeded_removed)
     except JsonStreamError as exc:
         if exc.not_json:
             raise _error(path, f"is not valid JSON (truncated or corrupt): {exc}",
                          detail=str(exc)) from exc
         raise _error(path, f"is not a PyTorch profiler trace: {exc}") from exc
+    if isinstance(members.get("traceEvents"), int):  # elements, the prefiltered ones too
+        parsed.seen_events = members["traceEvents"]
     parsed.distributed = members.get("distributedInfo")
     parsed.base_time_ns = members.get("baseTimeNanoseconds")
     parsed.host_name = members.get("host_name")
@@ -294,39 +384,44 @@ def _device_names(properties: Any) -> dict[int, str]:
 _DROPPED = object()
 
 
-def _event(raw: Any) -> TraceEvent | object | None:
-    """The kept form of one raw event, ``None`` when not needed, ``_DROPPED`` when unusable."""
-    if type(raw) is not dict or raw.get("ph") != "X":
-        return None
+def _event(raw: dict[str, Any]) -> TraceEvent | object | None:
+    """The kept form of one raw complete event, ``None`` when not needed, ``_DROPPED`` when
+    unusable (a negative duration, a time that is not a number)."""
     name, cat = raw.get("name"), raw.get("cat")
-    name = name if isinstance(name, str) else ""
-    if cat == "cpu_op" and not _kept_cpu_op(name):
-        return None
+    if name.__class__ is not str:
+        name = ""
     args = raw.get("args")
-    args = args if isinstance(args, dict) else {}
-    kind = _kind(cat, name, args)
+    if args.__class__ is not dict:
+        args = {}
+    kind = _kind(cat, name)
     if kind is None:
         return None
-    ts, dur = _number(raw.get("ts")), _number(raw.get("dur", 0))
-    if ts is None or dur is None or dur < 0:
+    ts, dur = _time(raw.get("ts")), _time(raw.get("dur", 0))
+    if ts is None or dur is None:
+        return _DROPPED
+    if not (0 <= dur < _INF and -_INF < ts < _INF):  # NaN fails both
         return _DROPPED
     device = -1
     if kind is Kind.KERNEL or kind is Kind.MEMORY:
-        device = _int_or_none(raw.get("pid"))
-        device = -1 if device is None else device
+        pid = raw.get("pid")
+        device = pid if pid.__class__ is int else -1
+    correlation = args.get("correlation")
+    collective = args.get("Collective name")
     return TraceEvent(
-        kind=kind, name=sys.intern(name) if kind is not Kind.LAUNCH else "",
-        ts=ts, dur=dur, thread=_thread(raw.get("tid")),
-        correlation=_int_or_none(args.get("correlation")),
-        collective=_collective(raw.get("cat"), name, args), device=device,
+        kind, sys.intern(name), ts, dur, _thread(raw.get("tid")),
+        correlation if correlation.__class__ is int else None,
+        _collective(cat, name, collective), device,
     )
+
+
+_INF = math.inf
 
 
 def _kept_cpu_op(name: str) -> bool:
     return name.startswith(_KEPT_CPU_OPS) or "Backward" in name
 
 
-def _kind(cat: Any, name: str, args: dict[str, Any]) -> Kind | None:
+def _kind(cat: Any, name: str) -> Kind | None:
     if cat == "user_annotation":
         return Kind.STEP if name.startswith("ProfilerStep#") else Kind.ANNOTATION
     if cat == "gpu_user_annotation":
@@ -335,20 +430,26 @@ def _kind(cat: Any, name: str, args: dict[str, Any]) -> Kind | None:
         return Kind.KERNEL
     if cat in _MEMORY_CATS:
         return Kind.MEMORY
-    if cat in _LAUNCH_CATS:
-        return Kind.LAUNCH if "correlation" in args else None
-    if cat == "collective_comm":
-        return Kind.CPU_OP
-    if cat == "cpu_op":  # _event already let only the kept names through
+    if cat == "collective_comm" or cat == "cpu_op":  # take() let only kept cpu_op names by
         return Kind.CPU_OP
     return None
 
 
-def _collective(cat: Any, name: Any, args: dict[str, Any]) -> str:
-    value = args.get("Collective name")
-    if isinstance(value, str) and value:
+def _collective(cat: Any, name: str, value: Any) -> str:
+    """Kineto's ``Collective name`` argument; a ``collective_comm`` event's own name."""
+    if value.__class__ is str and value:
         return sys.intern(value)
-    return name if cat == "collective_comm" and isinstance(name, str) else ""
+    return name if cat == "collective_comm" else ""
+
+
+def _time(value: Any) -> float | None:
+    """A time or duration: Kineto writes floats (3 decimals) or, older ones, ints."""
+    kind = value.__class__
+    if kind is float:
+        return value  # type: ignore[no-any-return]
+    if kind is int:
+        return float(value)
+    return _number(value)
 
 
 def _number(value: Any) -> float | None:
@@ -363,7 +464,7 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _thread(value: Any) -> int | str:
-    return value if isinstance(value, int | str) and not isinstance(value, bool) else ""
+    return value if value.__class__ is int or value.__class__ is str else ""
 
 
 # --- distributedInfo ---------------------------------------------------------------------

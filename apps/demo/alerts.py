@@ -27,8 +27,8 @@ from statistics import median
 from typing import Any
 
 from apps.analysis.guardrails import KINDS
+from apps.demo.verdicts import healthy_jobs
 from apps.guardrails.replay import Replayed
-from apps.jobs.verdicts import healthy_jobs
 
 TRUTH_KINDS: dict[str, tuple[str, ...]] = {
     "gpus_idle": ("idle_allocated_gpus", "idle_notebook"),

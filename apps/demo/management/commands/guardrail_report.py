@@ -3,7 +3,7 @@
 Replays the guardrails' beat over the simulated cluster's telemetry files (every ``--every``
 seconds of each job's run, default the telemetry step) and prints, per alert kind, the
 planted jobs found, precision and recall against the ground truth, the delay, and any alert
-on a healthy job (``apps/guardrails/report.py`` says how each is matched). Read-only. After
+on a healthy job (``apps/demo/alerts.py`` says how each is matched). Read-only. After
 ``manage.py demo --out DIR`` (or ``simulate`` + ``load_demo``)::
 
     manage.py guardrail_report DIR/ground_truth.json --telemetry DIR/telemetry
@@ -20,7 +20,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.clusters.models import Cluster
-from apps.guardrails import replay, report
+from apps.demo import alerts as report
+from apps.guardrails import replay
 from apps.guardrails.live import alert_config
 from apps.guardrails.policy import policy_config
 
