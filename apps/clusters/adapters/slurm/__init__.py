@@ -34,7 +34,6 @@ from apps.clusters.adapters.slurm.types import (
 
 __all__ = [
     "ACTIVE_STATES", "Action", "Association", "ExitStatus", "GpuBinding", "JobAllocation",
-    "LimitChange",
-    "QueueEntry", "RecordError", "ShareRow", "SlurmClient", "SlurmJob", "SlurmNode",
+    "LimitChange", "QueueEntry", "RecordError", "ShareRow", "SlurmClient", "SlurmJob", "SlurmNode",
     "SlurmPartition", "UsageRow", "change_time",
 ]
