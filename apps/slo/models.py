@@ -192,7 +192,7 @@ class _Subject(models.Model):
 
     @property
     def subject_label(self) -> str:
-        if self.team_id:
+        if self.team is not None:
             return str(self.team.name)
         return "platform" if self.subject == "platform" else f"partition {self.partition}"
 
