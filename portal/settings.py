@@ -263,6 +263,8 @@ INSTALLED_APPS = [
     "apps.security",
     "apps.slo",
     "apps.guardrails",
+    "apps.shell",
+    "apps.demo",
 ]
 
 MIDDLEWARE = [
@@ -300,7 +302,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "apps.core.context_processors.navigation",
+                "apps.shell.context_processors.navigation",
             ]
         },
     }

@@ -1,4 +1,4 @@
-"""Core: run records, system checks, the shell of the site (home pages, navigation)."""
+"""Core, the floor every app stands on: run records, retries, errors, checks, paging, metrics."""
 
 import logging
 
