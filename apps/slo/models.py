@@ -220,6 +220,13 @@ class Scorecard(_Subject):
 
     objects = _SubjectQuerySet.as_manager()
 
+    # set by the pages for their templates (apps/slo/views.py), never stored
+    shown_worst: list[dict[str, Any]]
+    hidden_worst: int
+    figure: dict[str, Any] | None
+    figure_id: str
+    open_alerts: list[Alert]
+
     class Meta:
         ordering = ["budget_remaining", "objective__order", "subject"]
         constraints = [models.UniqueConstraint(fields=["objective", "subject"],
