@@ -37,7 +37,7 @@ GROWTH_SHARE = 0.10
 
 def demo_defaults() -> dict[str, Any]:
     """``manage.py demo``'s defaults, read from its parser so the bench follows them."""
-    from apps.core.management.commands.demo import Command
+    from apps.demo.management.commands.demo import Command
 
     opts = vars(Command().create_parser("manage.py", "demo").parse_args([]))
     return {k: opts[k] for k in ("nodes", "days", "seed", "telemetry_step")}

@@ -43,6 +43,7 @@ FACTS: dict[str, FactSpec] = {
     "computing_share": FactSpec("computing share of busy time", "pct", "efficiency"),
     "waiting": FactSpec("busy but not computing", "pct", "efficiency"),
     "idle": FactSpec("idle (memory held or no process)", "pct", "efficiency"),
+    "held_idle": FactSpec("idle with GPU memory held", "pct", "efficiency"),
     "tensor": FactSpec("tensor pipe active", "pct", "efficiency"),
     "occupancy": FactSpec("SM occupancy", "pct", "gpus"),
     "fp64": FactSpec("FP64 pipe active", "pct", "gpus"),
@@ -93,6 +94,8 @@ FACTS: dict[str, FactSpec] = {
     "trace_straggler_rank": FactSpec("straggler rank", "text", "phases"),
     "trace_straggler_phase": FactSpec("straggler rank's phase", "text", "phases"),
     "trace_excess_ms": FactSpec("straggler rank's extra work per step", "ms", "phases"),
+    "trace_gpu_idle": FactSpec("GPU idle share of each step (trace)", "pct", "phases"),
+    "trace_straggler_gpu": FactSpec("GPU the straggler rank ran on", "text", "phases"),
 }
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {

@@ -8,8 +8,9 @@ A pathology counts as **found** when what is stored for its job says so in the s
 - ``straggler_gpu``: the straggler verdict names that (node, GPU);
 - ``allreduce_wait``: the verdict names the straggler and at least half the waiting GPUs;
 - ``input_pipeline_stall``: a finding for the storage contact (area ``data``);
-- ``idle_allocated_gpus``, ``idle_notebook``, ``no_tensor_cores``: a finding citing the
-  idle-GPU share, the time held idle, or the tensor pipe;
+- ``idle_allocated_gpus``, ``idle_notebook``, ``mostly_idle_notebook``, ``no_tensor_cores``:
+  a finding citing the idle-GPU share, the time held idle (busy share and run time), or
+  the tensor pipe;
 - ``slow_ib_link`` (a node): a network finding on a multi-node job that ran on that node.
 
 A pathology whose job has no stored telemetry cannot be found from telemetry: it is counted
@@ -108,6 +109,7 @@ CHECKS: dict[str, Check] = {
     "input_pipeline_stall": _area("data"),
     "idle_allocated_gpus": _cites("idle_gpu_share"),
     "idle_notebook": _cites("busy", "run_hours"),
+    "mostly_idle_notebook": _cites("busy", "run_hours"),
     "no_tensor_cores": _cites("tensor"),
     "slow_ib_link": _slow_ib,
 }

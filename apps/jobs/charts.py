@@ -60,18 +60,35 @@ def gpu_heatmap(rows: Sequence[tuple[str, Sequence[float | None]]], start: float
                 title: str) -> Figure:
     """A GPU x time heatmap (0..100 %); rows arrive grouped by node (``gpu01:0`` ...)."""
     n = max((len(values) for _, values in rows), default=0)
-    times = [_iso(start + (k + 0.5) * step) for k in range(n)]
     z = [[None if v is None else round(v * 100, 1) for v in values] for _, values in rows]
     return {
-        "data": [{"type": "heatmap", "x": times, "y": [label for label, _ in rows], "z": z,
+        "data": [{"type": "heatmap", **_columns(start, step, n),
+                  "y": [label for label, _ in rows], "z": z,
                   "zmin": 0, "zmax": 100, "colorscale": "Viridis",
                   "colorbar": {"title": {"text": "%"}},
                   "hovertemplate": "%{y} %{x}<br>%{z:.0f}%<extra></extra>"}],
         "layout": {**_LAYOUT, "height": max(180, 60 + 22 * len(rows)),
                    "margin": {**_LAYOUT["margin"], "l": 80},
-                   "title": _title(title),
+                   "title": _title(title), **_window_axis(start, step, n),
                    "yaxis": {"autorange": "reversed", "type": "category", "dtick": 1}},
     }
+
+
+def _columns(start: float, step: float, n: int) -> dict[str, Any]:
+    """A heatmap's time columns, each centred in its sample's interval. One column is
+    given as its start and width: from a single x Plotly cannot tell how wide a cell is,
+    and draws a hairline."""
+    if n == 1:
+        return {"x0": _iso(start + 0.5 * step), "dx": step * 1000}  # a date axis counts ms
+    return {"x": [_iso(start + (k + 0.5) * step) for k in range(n)]}
+
+
+def _window_axis(start: float, step: float, n: int) -> dict[str, Any]:
+    """A short series' time axis spans the samples' intervals, so its few points sit in
+    the job's window instead of an axis Plotly stretches around one instant."""
+    if not 0 < n <= MARKERS_UP_TO:
+        return {}
+    return {"xaxis": {"type": "date", "range": [_iso(start), _iso(start + n * step)]}}
 
 
 def _title(text: str, scope: str = "job") -> dict[str, Any]:
@@ -90,6 +107,9 @@ def _iso(seconds: float) -> str:
 # --- Per-GPU and per-node series ----------------------------------------------------------
 
 MAX_LINES = 64  # beyond this many GPUs, lines show per-node means (a legend of 256 is noise)
+# A series this short is drawn with its points marked: one sample is no line at all (issue
+# 19: short jobs under hourly telemetry had blank charts), a few are easier read as dots.
+MARKERS_UP_TO = 12
 PHASE_COLOURS = {"data_loading": "#8e5cd9", "forward": "#3056d3", "backward": "#1a7f37",
                  "communication": "#b35900", "optimizer": "#0f8b8d", "other": "#98a2b3"}
 PHASE_LABELS = {"data_loading": "data loading", "forward": "forward", "backward": "backward",
@@ -106,19 +126,21 @@ def series_lines(rows: Sequence[tuple[str, Sequence[float | None]]], start: floa
     rows = _per_node_means(rows) if len(rows) > MAX_LINES else list(rows)
     n = max((len(values) for _, values in rows), default=0)
     times = [_iso(start + (k + 0.5) * step) for k in range(n)]
-    data = [{"type": "scatter", "mode": "lines", "name": label, "x": times,
-             "y": [None if v is None else round(v * scale, 3) for v in values],
+    sparse = n <= MARKERS_UP_TO
+    data = [{"type": "scatter", "mode": "lines+markers" if sparse else "lines", "name": label,
+             "x": times, "y": [None if v is None else round(v * scale, 3) for v in values],
              "legendgroup": label.split(":", 1)[0], "connectgaps": False,
              "line": {"width": 3 if label in highlight else 1.2},
+             **({"marker": {"size": 9 if n == 1 else 6}} if sparse else {}),
              "hovertemplate": f"{label} %{{x}}<br>%{{y:.3~f}} {unit}<extra></extra>"}
             for label, values in rows]
-    layout = {**_LAYOUT, "height": 240, "margin": {**_LAYOUT["margin"], "t": 36},
-              "title": _title(title, scope),
-              "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
-              "showlegend": len(rows) <= 16, "legend": {"font": {"size": 10}}}
-    shown = len(rows) <= 16  # up to 16 entries, in rows of about 8
-    return {"data": data, "layout": legend_below(layout, rows=(len(rows) + 7) // 8)
-            if shown else layout}
+    # The legend stays at the right, clear of both axis titles: grouped by node, Plotly stacks
+    # a group's entries even in a horizontal legend, so below the plot it would not fit.
+    return {"data": data, "layout": {
+        **_LAYOUT, "height": 240, "margin": {**_LAYOUT["margin"], "t": 36},
+        "title": _title(title, scope), **_window_axis(start, step, n),
+        "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
+        "showlegend": len(rows) <= 16, "legend": {"font": {"size": 10}}}}
 
 
 def _per_node_means(rows: Sequence[tuple[str, Sequence[float | None]]]
@@ -155,17 +177,18 @@ def events_heatmap(rows: Sequence[tuple[str, Sequence[float | None], Sequence[fl
                    start: float, step: float) -> Figure:
     """GPU x time of throttle reasons and XIDs: (label, throttle bitmask, XID) per GPU."""
     n = max((max(len(t), len(x)) for _, t, x in rows), default=0)
-    times = [_iso(start + (k + 0.5) * step) for k in range(n)]
     z = [[event_level(t, x) for t, x in zip_longest(throttle, xid)] for _, throttle, xid in rows]
     colours = [[i / 4, c] for i, c in enumerate(_EVENT_COLOURS)]
     return {
-        "data": [{"type": "heatmap", "x": times, "y": [label for label, _, _ in rows], "z": z,
+        "data": [{"type": "heatmap", **_columns(start, step, n),
+                  "y": [label for label, _, _ in rows], "z": z,
                   "zmin": 0, "zmax": 4, "colorscale": colours,
                   "colorbar": {"tickvals": [0, 1, 2, 3, 4], "ticktext": list(EVENT_LEVELS)},
                   "hovertemplate": "%{y} %{x}<br>level %{z}<extra></extra>"}],
         "layout": {**_LAYOUT, "height": max(160, 60 + 18 * len(rows)),
                    "margin": {**_LAYOUT["margin"], "l": 80, "t": 36},
                    "title": _title("Throttle reasons and XID errors"),
+                   **_window_axis(start, step, n),
                    "yaxis": {"autorange": "reversed", "type": "category", "dtick": 1}},
     }
 
@@ -197,11 +220,52 @@ def phase_bars(ranks: Sequence[tuple[int, Mapping[str, float]]], straggler: int 
              "marker": {"color": PHASE_COLOURS[p]},
              "hovertemplate": f"%{{y}}<br>{PHASE_LABELS[p]}: %{{x:.1f}} ms<extra></extra>"}
             for p in PHASE_COLOURS]
+    # time under annotations that map to no phase, by their own names (largest first)
+    extra: dict[str, float] = {}
+    for _, phases in ranks:
+        for name, ms in phases.items():
+            if name not in PHASE_COLOURS:
+                extra[name] = extra.get(name, 0.0) + ms
+    for i, name in enumerate(sorted(extra, key=lambda n: -extra[n])[:8]):
+        data.append({"type": "bar", "orientation": "h", "name": name, "y": labels,
+                     "x": [round(phases.get(name, 0.0), 2) for _, phases in ranks],
+                     "marker": {"color": _ANNOTATION_COLOURS[i % len(_ANNOTATION_COLOURS)]},
+                     "hovertemplate": "%{y}<br>" + name.replace("%", "%%")
+                                      + ": %{x:.1f} ms<extra></extra>"})
     return {"data": data, "layout": legend_below({
         **_LAYOUT, "barmode": "stack", "height": max(180, 70 + 24 * len(ranks)),
         "margin": {**_LAYOUT["margin"], "l": 190},
         "title": _title("Mean step per rank, from the job's traces"),
         "xaxis": {"title": {"text": "ms per step"}},
+        "yaxis": {"autorange": "reversed", "type": "category"}}, rows=2)}
+
+
+_ANNOTATION_COLOURS = ["#d4a017", "#c2185b", "#5d4037", "#7986cb", "#4db6ac", "#a1887f"]
+GPU_PARTS = (("compute", "compute kernels", "#1a7f37"),
+             ("exposed", "communication not under compute (exposed)", "#b35900"),
+             ("memory", "memory copies only", "#7986cb"),
+             ("idle", "idle: no kernel, no copy", "#d0d5dd"))
+
+
+def gpu_bars(ranks: Sequence[tuple[str, Mapping[str, float]]]) -> Figure:
+    """Per rank, the GPU's own account of a mean step (stacked, ms): compute, exposed
+    communication, memory copies alone and idle add up to the GPU step. Communication
+    hidden under compute is in the hover text: it costs the step nothing."""
+    data = []
+    for key, name, colour in GPU_PARTS:
+        data.append({
+            "type": "bar", "orientation": "h", "name": name, "y": [r for r, _ in ranks],
+            "x": [round(parts.get(key, 0.0), 2) for _, parts in ranks],
+            "customdata": [round(parts.get("hidden", 0.0), 2) for _, parts in ranks],
+            "marker": {"color": colour},
+            "hovertemplate": f"%{{y}}<br>{name}: %{{x:.1f}} ms"
+                             + (" (communication hidden under it: %{customdata:.1f} ms)"
+                                if key == "compute" else "") + "<extra></extra>"})
+    return {"data": data, "layout": legend_below({
+        **_LAYOUT, "barmode": "stack", "height": max(170, 70 + 24 * len(ranks)),
+        "margin": {**_LAYOUT["margin"], "l": 190},
+        "title": _title("What the GPU did in a mean step, per rank (kernels)"),
+        "xaxis": {"title": {"text": "ms per GPU step"}},
         "yaxis": {"autorange": "reversed", "type": "category"}}, rows=2)}
 
 

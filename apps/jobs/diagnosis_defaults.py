@@ -61,6 +61,16 @@ DEFAULT_RULES: list[dict[str, Any]] = [
      "text": "Rank {trace_straggler_rank} spends {trace_excess_ms} more per step in data "
              "loading than the other ranks, which wait for it in every collective.",
      "hint": "Check that rank's node (local disk, CPU load) and its data shard."},
+    {"key": "gpu-starved-trace", "area": "code", "severity": "warning", "order": 13,
+     "title": "The GPU waits for the CPU (profiler trace)",
+     "conditions": [("trace", ">=", 1), ("trace_gpu_idle", ">=", 0.3)],
+     "text": "In the profiler trace the GPU is idle {trace_gpu_idle} of each step: the CPU "
+             "side cannot feed it, whatever phase the CPU is in.",
+     "hint": "Check launch and dispatch overhead (many small kernels: fuse them with "
+             "torch.compile or capture CUDA graphs), synchronising calls (.item(), .cpu(), "
+             "cudaStreamSynchronize, blocking host-device copies: pinned memory and "
+             "non_blocking=True) and the input pipeline (DataLoader workers, pin_memory, "
+             "prefetching)."},
     # --- Network: the network contact ---------------------------------------------------
     {"key": "allreduce-dominated", "area": "network", "severity": "warning", "order": 20,
      "title": "Steps dominated by communication",
@@ -178,6 +188,19 @@ DEFAULT_RULES: list[dict[str, Any]] = [
              "worked.",
      "hint": "Request only the GPUs the code uses, or check that every rank starts "
              "(torchrun --nproc-per-node, CUDA_VISIBLE_DEVICES)."},
+    # Between the idle allocation (busy <= 3 %) and real use: a session that works a little
+    # now and then but keeps its GPUs and their memory all along (issue 19: busy 8 %, idle
+    # with memory held 92 % of 19.9 GPU-hours). Above 3 % so one job gets one finding.
+    {"key": "idle-memory-held", "area": "code", "severity": "warning", "order": 49,
+     "title": "Mostly idle, GPU memory held",
+     "conditions": [("busy", ">", 0.03), ("busy", "<=", 0.15), ("held_idle", ">=", 0.5),
+                    ("run_hours", ">=", 4)],
+     "text": "The GPUs were busy only {busy} of the time over {run_hours} and sat idle with "
+             "their memory held {held_idle} of it: the allocation kept GPUs from other jobs "
+             "while they waited for work.",
+     "hint": "For interactive work, shut the kernel down (not only the browser tab) when "
+             "you step away, ask for a shorter --time, or use a GPU slice (MIG or shards) "
+             "for exploration; batch the heavy work as a job."},
     {"key": "idle-allocation", "area": "code", "severity": "warning", "order": 47,
      "title": "GPUs held but unused",
      "conditions": [("busy", "<=", 0.03), ("run_hours", ">=", 4)],

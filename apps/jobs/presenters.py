@@ -23,6 +23,9 @@ from django.utils import timezone
 from apps.analysis import compact
 from apps.analysis.efficiency import MEASURE_NAMES, measure_note
 from apps.analysis.endings import OWNER_WORDS, EndingFacts, JobNames, explain, output_paths
+from apps.analysis.phases import GPU_IDLE_CHECKS
+from apps.analysis.straggler_story import KEY as STORY_KEY
+from apps.analysis.straggler_story import rank_gpu
 from apps.clusters.adapters.slurm.parse import expand_hostlist
 from apps.jobs import charts
 from apps.jobs.archive import PARTIAL_ATTEMPTS
@@ -63,7 +66,8 @@ def metrics_card(job: Job) -> dict[str, Any]:
     total = sum(hours.values()) or 1.0
     series = {f"{s.host}:{s.gpu_index}": compact.decode(bytes(s.series)) for s in summaries}
     nodes = list(job.node_metrics.all())
-    gpu_panels = gpu_figures(metrics, series)
+    single = len(summaries) == 1  # no peer GPU: no NVLink, no collective to wait in
+    gpu_panels = gpu_figures(metrics, series, single)
     card.update(
         summaries=summaries, measure_label=MEASURE_NAMES.get(metrics.measure, metrics.measure),
         measure_note=measure_note(metrics.measure),
@@ -74,10 +78,24 @@ def metrics_card(job: Job) -> dict[str, Any]:
         gpu_panels=list(gpu_panels.items()),
         node_panels=list(node_figures(metrics, nodes).items()),
         straggler=straggler_panel(metrics), nodes=nodes,
-        communication=communication_share(summaries),
+        communication=None if single else communication_share(summaries),
+        single_gpu=single, sparse=sparse_note(metrics),
         hours_gap=hours_gap(job, metrics),
     )
     return card
+
+
+def sparse_note(metrics: JobMetrics) -> str:
+    """Why the charts show points: the job has few samples at the telemetry's step ("" when
+    its series are long enough to read as lines)."""
+    if not 0 < metrics.points <= charts.MARKERS_UP_TO:
+        return ""
+    minutes = metrics.step_s / 60
+    step = f"{minutes / 60:g} h" if minutes >= 60 and minutes % 60 == 0 else f"{minutes:g} min"
+    samples = "1 sample" if metrics.points == 1 else f"{metrics.points} samples"
+    return (f"The telemetry holds one sample every {step}: this job has {samples} per GPU, "
+            "drawn as points" + (" (a single reading, not a trend)." if metrics.points == 1
+                                 else "."))
 
 
 def hours_gap(job: Job, metrics: JobMetrics) -> float:
@@ -143,13 +161,16 @@ NODE_LINES: dict[str, tuple[str, str, str, float]] = {
 }
 
 
-def gpu_figures(metrics: JobMetrics,
-                series: dict[str, dict[str, list[float | None]]]) -> dict[str, Any]:
-    """Per-GPU time series (job-exclusive: these GPUs were this job's), and the events map."""
+def gpu_figures(metrics: JobMetrics, series: dict[str, dict[str, list[float | None]]],
+                single: bool = False) -> dict[str, Any]:
+    """Per-GPU time series (job-exclusive: these GPUs were this job's), and the events map.
+    A one-GPU job has no NVLink chart: it has no peer to talk to."""
     start = metrics.window_start.timestamp() if metrics.window_start else 0.0
     named = [s["gpu"] for s in metrics.straggler_detail.get("stragglers", [])]
     figures: dict[str, Any] = {}
     for key, (channel, title, unit, scale) in GPU_LINES.items():
+        if single and key == "nvlink":
+            continue
         rows = [(label, ch[channel]) for label, ch in series.items() if channel in ch]
         if rows:
             figures[f"fig-gpu-{key}"] = charts.series_lines(
@@ -201,16 +222,66 @@ def findings_for(job: Job) -> list[JobFinding]:
 
 
 def traces_panel(job: Job) -> dict[str, Any]:
-    """The latest trace analysis (phase bars per rank) and the earlier ones."""
+    """The latest trace analysis (phase bars and the GPU timeline per rank, which GPU each
+    rank ran on) and the earlier ones."""
     runs = list(job.trace_runs.prefetch_related("ranks")[:10])
     if not runs:
         return {"trace_runs": []}
     latest = runs[0]
-    ranks = [(r.rank, {p: getattr(r, f"{p}_ms") for p in TraceRankPhases.PHASE_FIELDS})
-             for r in latest.ranks.all()]
-    return {"trace_runs": runs, "trace": latest,
-            "trace_figure": charts.phase_bars(ranks, latest.straggler_rank,
-                                              latest.straggler_phase, latest.waiting_ranks)}
+    rows = list(latest.ranks.all())
+    nodes = expand_hostlist(job.nodes) if job.nodes else []
+    for row in rows:  # the GPU as telemetry names it (short host, or the job's one node)
+        row.telemetry_gpu = rank_gpu(row.device_host, row.device_index, nodes)
+    ranks = [(r.rank, {**{p: getattr(r, f"{p}_ms") for p in TraceRankPhases.PHASE_FIELDS},
+                       **r.annotations_ms}) for r in rows]
+    panel: dict[str, Any] = {
+        "trace_runs": runs, "trace": latest, "trace_rows": [_rank_row(r) for r in rows],
+        "trace_figure": charts.phase_bars(ranks, latest.straggler_rank,
+                                          latest.straggler_phase, latest.waiting_ranks),
+        "trace_checks": GPU_IDLE_CHECKS if latest.gpu_starved else (),
+        "trace_unmapped": sorted({k for r in rows for k in r.annotations_ms}),
+        "trace_straggler_gpu": next((r.telemetry_gpu for r in rows
+                                     if r.rank == latest.straggler_rank), ""),
+    }
+    gpu_rows = [r for r in rows if r.gpu_idle_ms is not None]
+    if gpu_rows:
+        panel["trace_gpu_figure"] = charts.gpu_bars([
+            (f"rank {r.rank}" + (f" ({r.telemetry_gpu})" if r.telemetry_gpu else ""),
+             _gpu_parts(r))
+            for r in gpu_rows])
+    return panel
+
+
+def link_stragglers(ctx: dict[str, Any]) -> None:
+    """Rank and GPU on both straggler cards: telemetry's named GPUs get the trace rank that
+    ran on them, and the story finding (one verdict, one owner) is found for both cards."""
+    rank_of = {r["gpu_label"]: r["rank"] for r in ctx.get("trace_rows", []) if r["gpu_label"]}
+    straggler = ctx.get("straggler")
+    if straggler and rank_of:
+        straggler["stragglers"] = [{**s, "rank": rank_of.get(s["gpu"])}
+                                   for s in straggler["stragglers"]]
+    ctx["straggler_story"] = next((f for f in ctx.get("findings", [])
+                                   if f.key == STORY_KEY), None)
+
+
+def _rank_row(row: TraceRankPhases) -> dict[str, Any]:
+    """One rank in the trace table: its step, where it ran, its GPU's account of a step."""
+    step = row.step_ms or 0.0
+    gpu = row.gpu()
+    return {"rank": row.rank, "step_ms": step, "gpu_label": row.telemetry_gpu or row.gpu_label,
+            "device_name": row.device_name, "gpu": gpu,
+            "idle_share": gpu["idle_ms"] / step if gpu and step > 0 else None,
+            "exposed_share": (gpu["exposed_communication_ms"] / gpu["communication_ms"]
+                              if gpu and gpu["communication_ms"] > 0 else None)}
+
+
+def _gpu_parts(row: TraceRankPhases) -> dict[str, float]:
+    """The GPU step cut into disjoint parts that add up to it (see ``charts.gpu_bars``)."""
+    idle, compute = row.gpu_idle_ms or 0.0, row.gpu_compute_ms or 0.0
+    comm, exposed = row.gpu_communication_ms or 0.0, row.gpu_exposed_communication_ms or 0.0
+    return {"compute": compute, "exposed": exposed, "idle": idle,
+            "memory": max(row.step_ms - idle - compute - exposed, 0.0),
+            "hidden": max(comm - exposed, 0.0)}
 
 
 def series_payload(job: Job) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from celery import shared_task
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
 from apps.core.retries import RETRY, RETRY_DB
-from apps.core.runs import tracked_run
+from apps.core.runs import mark_partial, tracked_run
 from apps.jobs import archive, traces
 from apps.jobs.models import Job
 
@@ -27,6 +27,8 @@ def archive_job(self, job_pk: int, force: bool = False) -> None:
             metrics = archive.archive_job(job, force=force)
             run.stats.update(status=metrics.status, measure=metrics.measure,
                              gpus=job.metric_summaries.count())
+            # a refused measure or a partial answer: the run says so, with the query
+            mark_partial(run, [str(w) for w in metrics.warnings or []])
     except AdapterError:
         # The embedded default has no worker to retry later, and the error is already on
         # the job's metrics row and the TaskRun: the page shows it and asks again.

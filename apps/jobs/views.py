@@ -103,6 +103,7 @@ class JobDetailView(ActionRequiredMixin, DetailView):
         ctx.update(_metrics_card(job))
         ctx.update(presenters.ending_card(job))
         ctx.update(presenters.traces_panel(job))
+        presenters.link_stragglers(ctx)
         ctx["upload_limit_mb"] = settings.TRACE_UPLOAD_MAX_MB
         ctx.update(simulated_banner(job.cluster))
         ctx["detection_problems"] = _detection_problems(job)

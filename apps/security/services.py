@@ -141,6 +141,17 @@ class DetectionProblem:
     run_id: int
     status: str
 
+    @property
+    def headline(self) -> str:
+        """"telemetry rules have not run since 2026-12-03 14:05 UTC: <reason>"."""
+        when = f"{self.since:%Y-%m-%d %H:%M} UTC" if self.since else None
+        if self.telemetry:
+            head = f"telemetry rules have not run since {when or 'they were set up'}"
+        else:
+            head = f"security detection has been incomplete since {when or 'its first run'}"
+        more = f" (and {self.more} more)" if self.more else ""
+        return f"{head}: {self.reason}{more}"
+
 
 def detection_problem(cluster: Cluster) -> DetectionProblem | None:
     """What the banner on the Security page and the job page says, or None (all read)."""

@@ -14,7 +14,7 @@ from apps.simulator import hostfiles, reports, shares, slurm_json
 from apps.simulator.cluster import Cluster, build_cluster
 from apps.simulator.config import SimConfig
 from apps.simulator.schedule import generate
-from apps.simulator.telemetry import TelemetryWriter, idle_notebooks
+from apps.simulator.telemetry import TelemetryWriter, idle_notebooks, mostly_idle_notebooks
 from apps.simulator.traces import plan_traces, write_traces
 from apps.simulator.truth import Finding, Truth, plant
 from apps.simulator.workload import BURST_PARTITION, TRAITS, Job, gpu_limit
@@ -133,14 +133,28 @@ def _telemetry(planned: Plan, directory: Path,
 
 def _mark_idle_notebooks(truth: Truth, jobs: list[Job], t0: int, cfg: SimConfig) -> None:
     """Healthy notebooks whose telemetry shows no work for hours held their GPUs idle:
-    the ground truth lists them as ``idle_notebook`` (``telemetry.idle_notebooks``)."""
-    for job in idle_notebooks(jobs, truth, t0, cfg.now, cfg.telemetry_step):
-        start, end = max(job.start or 0, t0), min(job.end or cfg.now, cfg.now)
-        job.pathologies.append("idle_notebook")
-        truth.findings.append(Finding(
-            "idle_notebook", start, end, job.job_id, user=job.user, team=job.account,
-            details={"held_hours": round((end - start) / 3600, 1),
-                     "cause": "no burst of work in its whole run"}))
+    the ground truth lists them as ``idle_notebook`` (``telemetry.idle_notebooks``); those
+    held for hours that worked only now and then, memory held, as ``mostly_idle_notebook``
+    (``telemetry.mostly_idle_notebooks``)."""
+    idle = idle_notebooks(jobs, truth, t0, cfg.now, cfg.telemetry_step)
+    mostly = mostly_idle_notebooks(jobs, truth, t0, cfg.now, cfg.telemetry_step,
+                                   {j.job_id for j in idle})
+    for job in idle:
+        _mark(truth, job, "idle_notebook", t0, cfg, cause="no burst of work in its whole run")
+    for job, busy in mostly:
+        _mark(truth, job, "mostly_idle_notebook", t0, cfg, busy=round(busy, 3),
+              cause="works now and then, its GPU memory held all along")
+    if mostly:
+        truth.not_planted.pop("mostly_idle_notebook", None)
+
+
+def _mark(truth: Truth, job: Job, kind: str, t0: int, cfg: SimConfig, **details: Any) -> None:
+    start, end = max(job.start or 0, t0), min(job.end or cfg.now, cfg.now)
+    job.pathologies.append(kind)
+    truth.findings.append(Finding(kind, start, end, job.job_id, user=job.user,
+                                  team=job.account,
+                                  details={"held_hours": round((end - start) / 3600, 1),
+                                           **details}))
 
 
 def _telemetry_start(cfg: SimConfig) -> int:

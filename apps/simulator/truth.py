@@ -21,13 +21,15 @@ from apps.simulator.workload import IDLE_NOTEBOOKS, INPUT_STALLS, Job
 HOUR = 3600
 
 PATHOLOGY_KINDS = ("straggler_gpu", "allreduce_wait", "input_pipeline_stall", "slow_ib_link",
-                   "idle_allocated_gpus", "idle_notebook", "no_tensor_cores")
+                   "idle_allocated_gpus", "idle_notebook", "mostly_idle_notebook",
+                   "no_tensor_cores")
 INCIDENT_KINDS = ("gpu_activity_without_job", "miner_in_job", "ib_traffic_without_multinode_job",
                   "secret_in_job_script", "ssh_without_allocation", "exposed_service",
                   "gpu_memory_left_after_job", "vulnerable_software")
 SEVERITY = {
     "straggler_gpu": "high", "allreduce_wait": "medium", "input_pipeline_stall": "medium",
     "slow_ib_link": "high", "idle_allocated_gpus": "medium", "idle_notebook": "medium",
+    "mostly_idle_notebook": "low",
     "no_tensor_cores": "low", "gpu_activity_without_job": "high", "miner_in_job": "critical",
     "ib_traffic_without_multinode_job": "medium", "secret_in_job_script": "high",
     "ssh_without_allocation": "high", "exposed_service": "critical",

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from apps.guardrails import replay, report
+from apps.demo import alerts as report
+from apps.guardrails import replay
 from apps.guardrails.live import alert_config
 from apps.guardrails.models import Alert
 from tests.jobs.sim_jobs import load_cluster, load_jobs
@@ -42,6 +43,10 @@ def test_the_replayed_alerts_match_the_truth(simulated):
     for k in result.kinds:
         assert k.true_positives == k.planted == k.raised, (k.kind, k.missed, k.wrong)
     assert result.healthy_measured >= 30 and result.false_alarms == {}
+    # the idle-job policy as a dry run: it cancels only jobs that held every GPU idle
+    cancelled = result.policy["cancelled"]
+    assert "healthy" not in cancelled and "healthy" not in result.policy["warned"]
+    assert set(cancelled) <= {"idle_notebook"}
     assert not Alert.objects.exists()  # the replay stores nothing
 
 

@@ -85,3 +85,38 @@ def test_every_job_chart_says_its_scope_in_the_title(name, figure):
     """These are the job's own GPUs (or its own traces): job-exclusive, never node-shared."""
     title = figure()["layout"]["title"]["text"]
     assert title.endswith("· job-exclusive"), (name, title)
+
+
+# --- Short jobs: one or a few samples are drawn, not left blank (issue 19) ------------------
+
+
+def test_a_single_sample_is_a_marked_point_in_the_jobs_window():
+    fig = charts.series_lines([("gpu01:0", [0.4])], 3600.0, 3600.0, "SM active", "%", "job",
+                              100.0)
+    trace = fig["data"][0]
+    assert trace["mode"] == "lines+markers" and trace["marker"]["size"] == 9
+    assert trace["x"] == ["1970-01-01T01:30:00Z"] and trace["y"] == [40.0]
+    assert fig["layout"]["xaxis"]["range"] == ["1970-01-01T01:00:00Z", "1970-01-01T02:00:00Z"]
+
+
+def test_a_few_samples_are_marked_and_a_long_series_is_a_plain_line():
+    few = charts.series_lines([("gpu01:0", [0.1] * charts.MARKERS_UP_TO)], 0, 60, "x", "%",
+                              "job")
+    assert few["data"][0]["mode"] == "lines+markers" and "xaxis" in few["layout"]
+    many = charts.series_lines([("gpu01:0", [0.1] * (charts.MARKERS_UP_TO + 1))], 0, 60, "x",
+                               "%", "job")
+    assert many["data"][0]["mode"] == "lines" and "marker" not in many["data"][0]
+    assert "xaxis" not in many["layout"]
+
+
+@pytest.mark.parametrize("figure", [
+    lambda: charts.gpu_heatmap([("gpu01:0", [0.5]), ("gpu01:1", [None])], 0.0, 3600.0, "SM"),
+    lambda: charts.events_heatmap([("gpu01:0", [0x20], [0])], 0.0, 3600.0),
+])
+def test_a_one_sample_heatmap_is_one_column_as_wide_as_its_interval(figure):
+    fig = figure()
+    trace = fig["data"][0]
+    assert "x" not in trace and trace["x0"] == "1970-01-01T00:30:00Z"
+    assert trace["dx"] == 3_600_000  # milliseconds on a date axis
+    assert fig["layout"]["xaxis"]["range"] == ["1970-01-01T00:00:00Z", "1970-01-01T01:00:00Z"]
+    json.dumps(fig)

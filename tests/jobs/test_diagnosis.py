@@ -78,6 +78,31 @@ def test_an_allocation_held_idle_for_hours_is_flagged(world):
     assert found[0].text.startswith("The GPUs were busy 1% of the time over 6.")
 
 
+@pytest.mark.parametrize(("hours", "values", "expected"), [
+    # issue 19: busy 8 % over hours, the rest idle with memory held: one finding, not zero
+    (10, {"gpu_util": 0.08, "sm_active": 0.04, "tensor_active": 0.01}, ["idle-memory-held"]),
+    (10, {"gpu_util": 0.14, "sm_active": 0.07, "tensor_active": 0.02}, ["idle-memory-held"]),
+    # no memory held: the GPUs were free to be taken back (no process), not this finding
+    (10, {"gpu_util": 0.08, "sm_active": 0.04, "fb_used": 0.0}, []),
+    # under 3 %: the idle allocation's finding alone, never both
+    (10, {"gpu_util": 0.02, "sm_active": 0.01, "tensor_active": 0.0}, ["idle-allocation"]),
+    (10, {"gpu_util": 0.30, "sm_active": 0.2, "tensor_active": 0.1}, []),  # working
+    (2, {"gpu_util": 0.08, "sm_active": 0.04, "tensor_active": 0.01}, []),  # 2 h: too short
+])
+def test_a_mostly_idle_allocation_with_memory_held_is_a_finding(world, hours, values,
+                                                                 expected):
+    start = world.jobs["bob"].start_time
+    job = make_job(world.cluster, 901, world.users["bob"], world.team_a, start_time=start,
+                   end_time=start + timedelta(hours=hours), gpus=1, gpu_equivalent=1.0)
+    found = archived(job, n=1, **values)
+    assert keys(found) == expected
+    if expected == ["idle-memory-held"]:
+        assert found[0].text.startswith(
+            f"The GPUs were busy only {values['gpu_util']:.0%} of the time over 10.0 h and sat "
+            f"idle with their memory held {1 - values['gpu_util']:.0%} of it")
+        assert {e["fact"] for e in found[0].evidence} >= {"busy", "held_idle", "run_hours"}
+
+
 # What the node did during an input stall: CPUs pegged by preprocessing, or idle while the
 # network file system delivers little. The job holds 16 CPUs; the node's count varies.
 PEGGED = {"cpu_busy": 0.97, "fs_read": 2.8e8}
@@ -183,6 +208,67 @@ def test_trace_phases_are_facts(world):
     assert facts["trace_straggler_data"] == 1.0 and facts["trace_straggler_rank"] == "1"
     assert facts["trace_data_share"] == pytest.approx(98.3 / 300)
     assert keys(diagnose_job(job)) == ["data-loading-dominant", "slow-data-rank"]
+
+
+def _traced(job, straggler=1, phase="backward", host="gpu01", device=5, idle=None, **run):
+    """A stored 2-rank GPU trace analysis whose straggler rank ran on GPU ``host:device``."""
+    trace = TraceRun.objects.create(job=job, fingerprint="t", world_size=2, steps=10,
+                                    timeline="gpu", straggler_rank=straggler,
+                                    straggler_phase=phase, straggler_excess_ms=42.0,
+                                    waiting_ranks=[] if straggler is None else [1 - straggler],
+                                    gpu_idle_share=idle, **run)
+    for rank in (0, 1):
+        TraceRankPhases.objects.create(
+            trace_run=trace, rank=rank, step_ms=150, forward_ms=40, backward_ms=60,
+            device_host=host if rank == straggler else "gpu01",
+            device_index=device if rank == straggler else 0,
+            gpu_idle_ms=None if idle is None else idle * 150, gpu_compute_ms=90,
+            gpu_communication_ms=30, gpu_exposed_communication_ms=10)
+    return trace
+
+
+SLOW_5 = {i: {"sm_active": 0.41} for i in range(8) if i != 5}
+THERMAL_5 = {5: {"sm_active": 0.86, "throttle_reasons": 0x60, "sm_clock": 1150.0}}
+
+
+@pytest.mark.parametrize(("per_gpu", "trace", "expected", "area", "words"), [
+    # the same GPU, thermally throttled: one hardware story, not "hardware" and "code"
+    (SLOW_5 | THERMAL_5, {}, ["straggler-story"], "hardware",
+     "rank 1 runs on GPU gpu01:5, which shows"),
+    # the same GPU, no hardware sign: one code story
+    (SLOW_5 | {5: {"sm_active": 0.86}}, {}, ["straggler-story"], "code",
+     "which shows no sign of a hardware problem"),
+    # Kineto's host_name is often the FQDN
+    (SLOW_5 | THERMAL_5, {"host": "gpu01.cluster.example.org"}, ["straggler-story"],
+     "hardware", "rank 1 runs on GPU gpu01:5"),
+    # different GPUs: one story that follows the trace and says they disagree
+    (SLOW_5 | THERMAL_5, {"device": 2}, ["straggler-story"], "code",
+     "Telemetry names GPU gpu01:5"),
+    # the trace cannot say where the rank ran (a CPU trace): both findings stay
+    (SLOW_5 | THERMAL_5, {"host": "", "device": None}, ["slow-compute-rank",
+                                                          "slow-gpu-hardware"], None, ""),
+])
+def test_telemetry_and_a_trace_naming_one_straggler_give_one_story(world, per_gpu, trace,
+                                                                   expected, area, words):
+    job = world.jobs["bob"]
+    _traced(job, **trace)
+    found = archived(job, per_gpu, gpu_util=0.98)
+    assert keys(found) == expected
+    if area:
+        (story,) = found
+        assert story.area == area and words in story.text and story.rule is None
+        assert story.route == ("researcher" if area == "code" else "none")
+        assert {e["anchor"] for e in story.evidence} == {"stragglers", "phases"}
+
+
+def test_a_starved_gpu_in_the_trace_is_a_finding_with_what_to_check(world):
+    job = world.jobs["bob"]
+    _traced(job, straggler=None, phase="", idle=0.46)
+    found = {f.key: f for f in diagnose_job(job)}
+    assert "gpu-starved-trace" in found
+    starved = found["gpu-starved-trace"]
+    assert "the GPU is idle 46% of each step" in starved.text
+    assert "CUDA graphs" in starved.hint and starved.route == "researcher"
 
 
 def test_the_shipped_rules_can_be_put_back(world):

@@ -164,13 +164,16 @@ def test_without_prometheus_a_running_job_shows_its_stored_metrics_and_queues_no
 
 
 def test_a_running_jobs_header_and_charts_say_why_their_gpu_hours_differ(world, login):
+    import time_machine
+
     job = _running(world.jobs["bob"])
-    metrics = _archive(job)
-    JobMetrics.objects.filter(job=job).update(
-        window_end=metrics.window_end - timedelta(hours=3),
-        allocated_gpu_hours=metrics.allocated_gpu_hours - 8 * 3)  # a snapshot 3 hours old
-    html = login("bob").get(_url(job)).content.decode()
-    header = f"{job.gpu_hours:.1f}"
+    with time_machine.travel(timezone.now(), tick=False):  # the clock stops: exact hours
+        metrics = _archive(job)
+        JobMetrics.objects.filter(job=job).update(
+            window_end=metrics.window_end - timedelta(hours=3),
+            allocated_gpu_hours=metrics.allocated_gpu_hours - 8 * 3)  # a snapshot 3 h old
+        html = login("bob").get(_url(job)).content.decode()
+        header = f"{job.gpu_hours:.1f}"
     assert re.search(rf"<dd>{header}\s+<span class=\"muted\">so far \(Slurm's allocation until "
                      r"now\)", html)
     note = html.split('id="hours-gap">')[1].split("</p>")[0]
@@ -198,3 +201,28 @@ def test_the_card_says_how_much_of_the_waiting_was_communication(world, login):
                         force=True)  # no traffic series at all
     html = login("bob").get(_url(job)).content.decode()
     assert "communication not measured" in html
+
+
+def test_a_one_gpu_job_never_talks_about_nvlink_or_communication(world, login):
+    job = world.jobs["bob"]
+    job.gpus, job.gpu_equivalent, job.gpu_types = 1, 1.0, {"h100": 1}
+    job.save()
+    archive.archive_job(job, FakeSource({GpuKey("gpu01", 0): {**WAITING, "nvlink_tx": 3e10,
+                                                              "pcie_rx": 2e9}}))
+    html = login("bob").get(_url(job)).content.decode()
+    assert "waiting" in html and "one GPU: no peer to wait for" in html
+    assert "NVLink" not in html and "communication" not in html.lower().split(
+        'id="communication-share"')[1].split("</span>")[0]
+    assert 'data-figure="fig-gpu-nvlink"' not in html
+
+
+def test_a_short_jobs_charts_show_its_samples_as_points_and_say_why(world, login):
+    job = world.jobs["bob"]
+    _archive(job)
+    JobMetrics.objects.filter(job=job).update(points=1, step_s=3600.0)
+    html = login("bob").get(_url(job)).content.decode()
+    note = html.split('id="sparse-note">')[1].split("</p>")[0]
+    assert note == ("The telemetry holds one sample every 1 h: this job has 1 sample per GPU, "
+                    "drawn as points (a single reading, not a trend).")
+    JobMetrics.objects.filter(job=job).update(points=120, step_s=30.0)
+    assert 'id="sparse-note"' not in login("bob").get(_url(job)).content.decode()

@@ -3,7 +3,7 @@
 Replays the guardrails' beat over the simulated cluster's telemetry files (every ``--every``
 seconds of each job's run, default the telemetry step) and prints, per alert kind, the
 planted jobs found, precision and recall against the ground truth, the delay, and any alert
-on a healthy job (``apps/guardrails/report.py`` says how each is matched). Read-only. After
+on a healthy job (``apps/demo/alerts.py`` says how each is matched). Read-only. After
 ``manage.py demo --out DIR`` (or ``simulate`` + ``load_demo``)::
 
     manage.py guardrail_report DIR/ground_truth.json --telemetry DIR/telemetry
@@ -20,8 +20,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.clusters.models import Cluster
-from apps.guardrails import replay, report
+from apps.demo import alerts as report
+from apps.guardrails import replay
 from apps.guardrails.live import alert_config
+from apps.guardrails.policy import policy_config
 
 
 class Command(BaseCommand):
@@ -48,7 +50,7 @@ class Command(BaseCommand):
         now = datetime.fromtimestamp(int(meta["now"]), tz=UTC) if "now" in meta \
             else datetime.now(tz=UTC)
         seen = replay.replay(cluster, opts["telemetry"], now, every, alert_config(),
-                             progress=_progress)
+                             policy_config(), progress=_progress)
         result = report.score(truth, seen)
         sys.stderr.write("\n")
         self.stdout.write(report.render(result))
