@@ -143,8 +143,8 @@ def send_digests(now: datetime) -> dict[str, Any]:
     monday, start, end = last_week(now)
     with tracked_run("guardrails_digest", target=str(monday)) as run:
         advice = [a for a in _advise(week_jobs(start, end)) if a.recommendations]
-        stats = {"week": str(monday), "jobs": len(advice), "user_digests": 0,
-                 "team_digests": 0, "no_address": 0}
+        stats: dict[str, Any] = {"week": str(monday), "jobs": len(advice),
+                                 "user_digests": 0, "team_digests": 0, "no_address": 0}
         by_user: dict[int, list[JobAdvice]] = {}
         for a in advice:
             if a.job.user_id and worth_telling(a):

@@ -5,7 +5,7 @@
 | ``types`` | the frozen dataclasses every backend returns and the ``SlurmClient`` protocol |
 | ``parse``, ``parse_cluster`` | pure parsers of Slurm's output (job records; the cluster) |
 | ``cli``, ``rest``, ``pyslurm``, ``files`` | the backends, one module each |
-| ``registry`` | backend name -> class, and :func:`~registry.slurm_client` to build one |
+| ``registry`` | backend name -> factory, and :func:`~registry.slurm_client` to build one |
 
 The package re-exports the types, so callers write ``from apps.clusters.adapters.slurm import
 SlurmJob``; the backends import ``types`` as a namespace (``st.SlurmJob``). Imports go one way
