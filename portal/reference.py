@@ -223,7 +223,7 @@ class _Source:
             r -= 1
         return " ".join(block)
 
-    def inline_comment(self, node: ast.AST) -> str:
+    def inline_comment(self, node: ast.stmt | ast.expr) -> str:
         rows = range(node.lineno, (node.end_lineno or node.lineno) + 1)
         text = [self.comments[r] for r in rows if r in self.comments and r not in self.comment_only]
         return " ".join(t for t in text if not t.startswith("noqa"))
@@ -247,7 +247,8 @@ def _calls(src: _Source) -> list[tuple[ast.Call, str, ast.stmt | None, str]]:
                     and isinstance(child.args[0].value, str)):
                 found.append((child, child.func.id, stmt, func))
             simple = isinstance(child, ast.stmt) and not hasattr(child, "body")
-            visit(child, child if stmt is None and simple else stmt, func)
+            inner = child if isinstance(child, ast.stmt) and stmt is None and simple else stmt
+            visit(child, inner, func)
 
     visit(src.tree, None, "")
     return found
@@ -291,7 +292,7 @@ def _beat_entry(src: _Source, call: ast.Call) -> str:
                         and any(n is call for n in ast.walk(value))
                         and any(isinstance(k, ast.Constant) and k.value == "task"
                                 for k in value.keys)):
-                    return f"seconds between runs of beat's `{key.value}`"
+                    return f"seconds between runs of beat's `{key.value!s}`"
     return ""
 
 

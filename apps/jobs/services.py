@@ -128,8 +128,9 @@ def diagnose_again(jobs: QuerySet[Job]) -> dict[str, int]:
     """Evaluate the diagnosis rules on ``jobs`` again; returns jobs and findings counted."""
     with tracked_run("diagnose_jobs", target=f"{jobs.count()} jobs") as run:
         fired = sum(len(diagnose_job(job)) for job in jobs.iterator(chunk_size=500))
-        run.stats = {"jobs": jobs.count(), "findings": fired}
-    return run.stats
+        stats = {"jobs": jobs.count(), "findings": fired}
+        run.stats = stats
+    return stats
 
 
 def import_trace(job: Job, paths: Sequence[Path]) -> TraceRun:

@@ -12,7 +12,7 @@ from apps.jobs.models import Job
 
 
 @shared_task(bind=True, **RETRY)
-def archive_job(self, job_pk: int, force: bool = False) -> None:  # type: ignore[no-untyped-def]
+def archive_job(self, job_pk: int, force: bool = False) -> None:
     """Archive (finished) or snapshot (running) one job's GPU metrics.
 
     Each attempt is a TaskRun whose stats say which attempt it was and how many retries

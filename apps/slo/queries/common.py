@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.db.models import (
     Aggregate,
@@ -24,6 +24,7 @@ from django.db.models import (
     When,
     Window,
 )
+from django.db.models.expressions import Combinable
 from django.db.models.functions import (
     Cast,
     Ceil,
@@ -88,7 +89,40 @@ def _dt(value: datetime) -> Value:
 # --- Who a result is about -----------------------------------------------------------------
 
 
-def subject_expression(objective: Objective) -> Expression:
+class _Subject(TypedDict):
+    """What ``population`` annotates on the jobs (and the plugin checks lookups against)."""
+
+    subject: Any
+
+
+class _Waits(_Subject):
+    wait_s: float
+    before_s: float
+    own: int
+    pct_s: float
+
+
+class _Endings(_Subject):
+    rule: str
+
+
+class _Efficiency(_Subject):
+    s0: datetime
+    e0: datetime
+    meas: float
+    frac: float
+
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+    Subjects = QuerySet[WithAnnotations[Job, _Subject]]
+    Waits = QuerySet[WithAnnotations[Job, _Waits]]
+    Endings = QuerySet[WithAnnotations[Job, _Endings]]
+    Efficiency = QuerySet[WithAnnotations[Job, _Efficiency]]
+
+
+def subject_expression(objective: Objective) -> Combinable:
     if objective.scope == Objective.Scope.TEAM:
         return F("team_id")
     if objective.scope == Objective.Scope.PARTITION:
@@ -104,7 +138,7 @@ def subject_key(objective: Objective, value: Any) -> str:
     return "platform"
 
 
-def population(objective: Objective, jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+def population(objective: Objective, jobs: QuerySet[Job] | None = None) -> Subjects:
     """The objective's GPU jobs: allocated (a job cancelled while pending has no nodes),
     with GPUs, narrowed to its cluster, partition and team."""
     qs = (Job.objects.all() if jobs is None else jobs).filter(
@@ -120,7 +154,7 @@ def population(objective: Objective, jobs: QuerySet[Job] | None = None) -> Query
     return qs.annotate(subject=subject_expression(objective))
 
 
-def _day(expr: Expression, edges: Sequence[datetime], *, end: bool = False) -> Expression:
+def _day(expr: Combinable, edges: Sequence[datetime], *, end: bool = False) -> Expression:
     """The trend day holding instant ``expr`` (``end``: an instant on an edge belongs to the
     day before). Arithmetic for 24 h days; a CASE over local midnights for calendar months."""
     lengths = [(b - a).total_seconds() for a, b in pairwise(edges)]
@@ -170,7 +204,7 @@ def _add_day(sc: SubjectCounts, day: int, counts: Counts) -> None:
 # --- Worst jobs ------------------------------------------------------------------------------
 
 
-def _top(objective: Objective, qs: QuerySet[Job], order: Any, value: str,
+def _top(objective: Objective, qs: Subjects, order: Any, value: str,
          extra: Sequence[str] = ()) -> dict[str, list[dict[str, Any]]]:
     ranked = qs.annotate(rank=Window(RowNumber(), partition_by=[F("subject")],
                                      order_by=[order.desc(), F("pk").asc()]))

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import (
     Case,
@@ -18,6 +18,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.expressions import Combinable
 from django.db.models.functions import (
     Coalesce,
     Greatest,
@@ -40,9 +41,12 @@ from apps.slo.queries.common import (
     subject_key,
 )
 
+if TYPE_CHECKING:
+    from apps.slo.queries.common import Efficiency
+
 
 def _efficiency(objective: Objective, window: maths.Window,
-                jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+                jobs: QuerySet[Job] | None = None) -> Efficiency:
     lo, now = _dt(window.start), _dt(window.observed_end)
     frac = Coalesce(F("m__useful_hours") / NullIf(F("m__allocated_gpu_hours"), Value(0.0)),
                     Value(0.0), output_field=FloatField())
@@ -65,9 +69,10 @@ def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[d
     lo = _dt(window.start)
     qs = _efficiency(objective, window, jobs).annotate(
         rs=Seconds(F("s0"), lo), re=Seconds(F("e0"), lo))
-    weights = {"a": F("gpu_equivalent"), "m": F("gpu_equivalent") * F("meas"),
-               "u": F("gpu_equivalent") * F("meas") * F("frac")}
-    sums = {}
+    weights: dict[str, Combinable] = {
+        "a": F("gpu_equivalent"), "m": F("gpu_equivalent") * F("meas"),
+        "u": F("gpu_equivalent") * F("meas") * F("frac")}
+    sums: dict[str, Sum] = {}
     for name, w in weights.items():
         sums |= {f"{name}g": Sum(w), f"{name}s": Sum(w * F("rs")), f"{name}e": Sum(w * F("re"))}
     rows = (qs.annotate(sd=_day(F("s0"), edges), ed=_day(F("e0"), edges, end=True))
@@ -90,7 +95,7 @@ def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[d
     return out
 
 
-def _efficiency_days(objective: Objective, rows: Iterable[dict[str, Any]],
+def _efficiency_days(objective: Objective, rows: Iterable[Mapping[str, Any]],
                      edges: Sequence[datetime], start: datetime,
                      ) -> tuple[dict[str, tuple[list[float], list[float]]], dict[str, float]]:
     """Each subject's (useful, measured) GPU-seconds per day and its allocated seconds,
@@ -140,9 +145,10 @@ def _efficiency_burn(objective: Objective, window: maths.Window,
         overlap = Greatest(Seconds(F("e0"), Greatest(F("s0"), _dt(start))), Value(0.0))
         sums[f"m{s}"] = Sum(F("gpu_equivalent") * F("meas") * overlap)
         sums[f"u{s}"] = Sum(F("gpu_equivalent") * F("meas") * F("frac") * overlap)
+    rows: Iterable[Mapping[str, Any]] = qs.values("subject").annotate(**sums).order_by()
     return {subject_key(objective, r["subject"]): {
         s: Counts(r[f"u{s}"] or 0.0, r[f"m{s}"] or 0.0) for s in maths.BURN_WINDOWS}
-        for r in qs.values("subject").annotate(**sums).order_by()}
+        for r in rows}
 
 
 def worst_efficiency(objective: Objective, window: maths.Window,

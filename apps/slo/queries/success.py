@@ -4,9 +4,9 @@ first matching ``EndingRule`` in one SQL ``CASE``."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import (
     Case,
@@ -32,6 +32,10 @@ from apps.slo.queries.common import (
     subject_key,
 )
 
+if TYPE_CHECKING:
+    from apps.slo.queries.common import Endings
+
+
 FAULT_Q = Q(metrics__xid_gpus__gt=0) | Q(metrics__ecc_dbe__gt=0)
 
 
@@ -51,7 +55,7 @@ def rule_q(rule: maths.EndingRule) -> Q:
 
 
 def _endings(objective: Objective, window: maths.Window, rules: Sequence[maths.EndingRule],
-             jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+             jobs: QuerySet[Job] | None = None) -> Endings:
     whens = [When(rule_q(rule) or Q(pk__isnull=False), then=Value(rule.key)) for rule in rules]
     return (population(objective, jobs)
             .filter(end_time__gte=window.start, end_time__lt=window.observed_end)
@@ -72,9 +76,10 @@ def job_success(objective: Objective, window: maths.Window, edges: Sequence[date
     causes = {r.key: r.cause for r in rules} | {maths.UNCLASSIFIED.key: maths.Cause.EXCLUDED}
     burn = {f"n{s}": Count("pk", filter=Q(end_time__gte=start))
             for s, start in _burn_starts(window).items()}
-    rows = (_endings(objective, window, rules, jobs)
-            .annotate(day=_day(F("end_time"), edges)).values("subject", "rule", "day")
-            .annotate(n=Count("pk"), **burn).order_by())
+    rows: Iterable[Mapping[str, Any]] = (  # Mapping: the burn columns are named at run time
+        _endings(objective, window, rules, jobs)
+        .annotate(day=_day(F("end_time"), edges)).values("subject", "rule", "day")
+        .annotate(n=Count("pk"), **burn).order_by())
     n_days = len(edges) - 1
     # Burn windows are nested (each starts at or before the next shorter one), so a row with
     # nothing in the widest has nothing in any: most rows (days before the last three) skip

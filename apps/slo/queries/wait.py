@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import (
     Case,
@@ -41,12 +41,16 @@ from apps.slo.queries.common import (
     subject_key,
 )
 
+if TYPE_CHECKING:
+    from apps.slo.queries.common import Waits
+
+
 OWN_Q = Q(wait_reason__in=sorted(pending.OWN_REASONS)) | Q(
     *(Q(wait_reason__startswith=p) for p in pending.OWN_PREFIXES), _connector=Q.OR)
 
 
 def _waits(objective: Objective, window: maths.Window,
-           jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+           jobs: QuerySet[Job] | None = None) -> Waits:
     """Started jobs with ``wait_s`` (eligible to start), ``before_s`` (submit to eligible),
     ``own`` (1: Slurm's last reason was one of the team's own limits) and ``pct_s``, the wait
     the percentiles describe: the wait for resources, or for own-limit jobs their whole wait
@@ -64,8 +68,8 @@ def _waits(objective: Objective, window: maths.Window,
 # Grouped by ``own`` as well, so the (costly) reason test runs once per job: rows with
 # own=0 are the counted jobs (their waits for resources), own=1 the jobs held by their own
 # limits (their whole wait, reported apart).
-def _wait_cells(objective: Objective, qs: QuerySet[Job],
-                target: float) -> dict[tuple[str, str, str, int], dict[str, Any]]:
+def _wait_cells(objective: Objective, qs: Waits,
+                target: float) -> dict[tuple[str, str, str, int], Mapping[str, Any]]:
     """(subject, partition, GPU bucket, own) -> jobs, on time, waited before eligible, and
     the sorted waits (``pct_s``)."""
     rows = (qs.annotate(bucket=_bucket()).values("subject", "partition", "bucket", "own")
@@ -77,7 +81,7 @@ def _wait_cells(objective: Objective, qs: QuerySet[Job],
             for r in rows}
 
 
-def _wait_figures(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _wait_figures(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One group's figures from the cells it is made of: counts added, nearest-rank
     percentiles over all their waits (sorted runs: ``sorted`` merges them in linear time)."""
     waits = sorted(chain.from_iterable(c["waits"] for c in cells))
@@ -86,7 +90,8 @@ def _wait_figures(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "p50": maths.percentile(waits, 0.5), "p90": maths.percentile(waits, 0.9)}
 
 
-def _wait_row(counted: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _wait_row(counted: Sequence[Mapping[str, Any]],
+              own: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One subject's (or breakdown row's) figures from its own=0 and own=1 cells."""
     c, o = _wait_figures(counted), _wait_figures(own)
     return {"total": c["n"], "good": c["good"], "p50": c["p50"], "p90": c["p90"],
@@ -94,7 +99,7 @@ def _wait_row(counted: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]]) 
             "own_p90": o["p90"]}
 
 
-def _wait_days(objective: Objective, qs: QuerySet[Job], window: maths.Window,
+def _wait_days(objective: Objective, qs: Waits, window: maths.Window,
                edges: Sequence[datetime], target: float, out: dict[str, SubjectCounts]) -> None:
     """The counted jobs per subject and day (the trend), with the burn windows as filtered
     counts added up over the days (a parallel hash aggregate in PostgreSQL)."""
@@ -104,10 +109,11 @@ def _wait_days(objective: Objective, qs: QuerySet[Job], window: maths.Window,
         burn[f"g{s}"] = Count("pk", filter=Q(start_time__gte=start, wait_s__lte=target))
     for sc in out.values():
         sc.burn = {s: Counts(0, 0) for s in maths.BURN_WINDOWS}
-    for r in (qs.filter(own=0).annotate(day=_day(F("start_time"), edges))
-              .values("subject", "day")
-              .annotate(n=Count("pk"), good=Count("pk", filter=Q(wait_s__lte=target)), **burn)
-              .order_by()):
+    rows: Iterable[Mapping[str, Any]] = (  # Mapping: the burn columns are named at run time
+        qs.filter(own=0).annotate(day=_day(F("start_time"), edges)).values("subject", "day")
+        .annotate(n=Count("pk"), good=Count("pk", filter=Q(wait_s__lte=target)), **burn)
+        .order_by())
+    for r in rows:
         sc = out[subject_key(objective, r["subject"])]
         _add_day(sc, r["day"], Counts(r["good"], r["n"]))
         for s in maths.BURN_WINDOWS:
@@ -122,8 +128,9 @@ def queue_wait(objective: Objective, window: maths.Window, edges: Sequence[datet
     target = float((objective.wait_minutes or 0) * 60)
     qs = _waits(objective, window, jobs)
     cells = _wait_cells(objective, qs, target)
-    by_subject: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
-    by_row: dict[tuple[str, str, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+    Cells = tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]  # own=0, own=1
+    by_subject: dict[str, Cells] = {}
+    by_row: dict[tuple[str, str, str], Cells] = {}
     for (key, partition, bucket, own), cell in cells.items():
         by_subject.setdefault(key, ([], []))[own].append(cell)
         by_row.setdefault((key, partition, bucket), ([], []))[own].append(cell)
