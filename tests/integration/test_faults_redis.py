@@ -37,6 +37,7 @@ from apps.core.models import TaskRun
 from apps.jobs.models import Job, JobMetrics
 from portal.celery import app
 from tests.conftest import make_job
+from tests.integration import prom
 from tests.integration.redis_server import PrivateRedis
 from tests.integration.services import require
 
@@ -112,6 +113,9 @@ def _queued(server: PrivateRedis) -> int:
 
 def test_pages_keep_serving_while_redis_is_dead_and_the_refresh_queues_once_it_is_back(
         world, broker, worker):
+    # A cluster with a Prometheus: without one no refresh is queued at all (issue 19).
+    world.cluster.prometheus_url = prom.require_prometheus()
+    world.cluster.save(update_fields=["prometheus_url"])
     job = make_job(world.cluster, 5001, world.users["bob"], world.team_a,
                    state=Job.State.RUNNING, end_time=None)
     bob, staff = Client(), Client()
@@ -141,9 +145,9 @@ def test_pages_keep_serving_while_redis_is_dead_and_the_refresh_queues_once_it_i
     with worker():
         run = wait_for("the worker to run the queued refresh", lambda: TaskRun.objects.filter(
             kind="archive_job").exclude(status=TaskRun.Status.RUNNING).first())
-    # The test cluster has no Prometheus: the run fails, and says why, on the page's row.
-    assert run.status == TaskRun.Status.FAILED and "no Prometheus URL" in run.error
-    assert "no Prometheus URL" in JobMetrics.objects.get(job=job).last_error
+    # The worker ran the refresh queued while Redis was dead against the real Prometheus
+    # (which holds no series for this job): the run ended and the claim was released.
+    assert run.status in {TaskRun.Status.SUCCEEDED, TaskRun.Status.PARTIAL}, run.error
     assert _queued(broker) == 0
 
 

@@ -152,7 +152,8 @@ def test_a_sync_matches_sacct_field_by_field(wave, cluster):
     assert (ai["launcher"], ai["framework"], ai["nodes"], ai["pipeline_parallel"]) == (
         "torchrun", "megatron-lm", 2, 2)
     assert ai["datasets"] == ["/datasets/c4"] and ai["checkpoints"] == ["/checkpoints/it"]
-    assert Job.objects.get(job_id=wave.ids["ok"]).labels == {"rules": 1}
+    # a stored script without #SBATCH --output: Slurm's default path applies (stdout "")
+    assert Job.objects.get(job_id=wave.ids["ok"]).labels == {"rules": 2, "stdout": ""}
 
 
 def test_a_second_sync_writes_nothing(wave, cluster):

@@ -193,7 +193,8 @@ class SlurmRest:
         sometimes no jobs at all): that is a failed read, never an empty window. Errors
         sent before the jobs stop the stream at once; errors after them fail it at the end.
         """
-        params = {"skip_steps": "true", **params}
+        # steps are read, as sacct --json gives them: MaxRSS (the memory peak) is in them
+        params = dict(params)
         if self.cluster:
             params["cluster"] = self.cluster
         path = f"{self.api.slurmdb}/jobs"
