@@ -3,7 +3,7 @@
 1. Each run starts from an empty data folder (SQLite, the embedded default: no
    ``DATABASE_URL``, no Redis): ``migrate``, then ``simulate`` with ``manage.py demo``'s own
    defaults (read from its parser: 16 nodes x 30 days, ``--telemetry-step 3600``), then
-   ``load_demo`` of that folder (apps/core/demo.py: the Slurm files backend, GPU history,
+   ``load_demo`` of that folder (apps/demo/loader.py: the Slurm files backend, GPU history,
    labels, the telemetry archive, traces).
 2. Every step is its own process, so its peak RSS (``wait4``) is its own: the largest of the
    process and the forked workers it waited for (the telemetry writer, the file readers).
@@ -37,7 +37,7 @@ GROWTH_SHARE = 0.10
 
 def demo_defaults() -> dict[str, Any]:
     """``manage.py demo``'s defaults, read from its parser so the bench follows them."""
-    from apps.core.management.commands.demo import Command
+    from apps.demo.management.commands.demo import Command
 
     opts = vars(Command().create_parser("manage.py", "demo").parse_args([]))
     return {k: opts[k] for k in ("nodes", "days", "seed", "telemetry_step")}

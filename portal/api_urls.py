@@ -6,12 +6,12 @@ from apps.accounts.api.urls import urlpatterns as accounts
 from apps.chargeback.api.urls import urlpatterns as chargeback
 from apps.clusters.api.urls import urlpatterns as clusters
 from apps.core.api.root import ApiRootView
-from apps.core.api.urls import urlpatterns as core
 from apps.jobs.api.urls import urlpatterns as jobs
 from apps.quotas.api.urls import urlpatterns as quotas
 from apps.security.api.urls import urlpatterns as security
+from apps.shell.api.urls import urlpatterns as shell
 from apps.slo.api.urls import urlpatterns as slo
 
 app_name = "api"
 urlpatterns = [path("", ApiRootView.as_view(), name="root"),
-               *accounts, *chargeback, *clusters, *core, *jobs, *quotas, *security, *slo]
+               *accounts, *chargeback, *clusters, *jobs, *quotas, *security, *shell, *slo]

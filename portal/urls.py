@@ -18,7 +18,7 @@ from drf_spectacular.views import (
 from apps.core.api.docs import docs_csp
 
 urlpatterns = [
-    path("", include("apps.core.urls")),
+    path("", include("apps.shell.urls")),
     path("", include("apps.accounts.urls")),
     path("", include("apps.clusters.urls")),
     path("", include("apps.jobs.urls")),
@@ -75,7 +75,7 @@ def handler500(request: HttpRequest) -> HttpResponse:
     """A database that cannot be reached is a 503 saying so, with Retry-After; any other
     uncaught error a 500 page in the portal's layout (Django's plain one if the layout
     cannot be drawn)."""
-    from apps.core.views import database_unavailable
+    from apps.shell.views import database_unavailable
 
     error = sys.exc_info()[1]
     if isinstance(error, (OperationalError, InterfaceError)):

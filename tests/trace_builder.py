@@ -137,11 +137,15 @@ def with_rank(trace: RankTrace, rank: int, world: int | None = None) -> RankTrac
 
 _CATS = {Kind.STEP: "user_annotation", Kind.ANNOTATION: "user_annotation",
          Kind.GPU_ANNOTATION: "gpu_user_annotation", Kind.CPU_OP: "cpu_op",
-         Kind.KERNEL: "kernel", Kind.LAUNCH: "cuda_runtime"}
+         Kind.KERNEL: "kernel", Kind.MEMORY: "gpu_memcpy", Kind.LAUNCH: "cuda_runtime"}
 
 
-def to_chrome(trace: RankTrace, extra_events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The JSON document Kineto would write for ``trace`` (plus noise events it ignores)."""
+def to_chrome(trace: RankTrace, extra_events: list[dict[str, Any]] | None = None,
+              device: int = 1, host: str | None = None,
+              gpu_model: str = "NVIDIA A100-SXM4-80GB") -> dict[str, Any]:
+    """The JSON document Kineto would write for ``trace`` (plus noise events it ignores).
+
+    GPU events go to GPU ``device`` (their ``pid``); ``host`` is Kineto's ``host_name``."""
     events: list[dict[str, Any]] = [
         {"ph": "M", "name": "thread_name", "pid": 1, "tid": MAIN, "args": {"name": "main"}},
         {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": MAIN,
@@ -158,9 +162,14 @@ def to_chrome(trace: RankTrace, extra_events: list[dict[str, Any]] | None = None
         if e.collective:
             args["Collective name"] = e.collective
         name = "cudaLaunchKernel" if e.kind is Kind.LAUNCH else e.name
-        events.append({"ph": "X", "cat": _CATS[e.kind], "name": name, "pid": 1,
+        pid = device if e.kind in (Kind.KERNEL, Kind.MEMORY, Kind.GPU_ANNOTATION) else 1
+        events.append({"ph": "X", "cat": _CATS[e.kind], "name": name, "pid": pid,
                        "tid": e.thread, "ts": e.ts, "dur": e.dur, "args": args})
-    doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": []}
+    gpus = any(e.kind is Kind.KERNEL for e in trace.events)
+    doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": [
+        {"id": i, "name": gpu_model} for i in range(8)] if gpus else []}
+    if host:
+        doc["host_name"] = host
     if trace.distributed:
         d = trace.distributed
         doc["distributedInfo"] = {"backend": d.backend, "rank": d.rank, "world_size": d.world_size,

@@ -94,6 +94,8 @@ FACTS: dict[str, FactSpec] = {
     "trace_straggler_rank": FactSpec("straggler rank", "text", "phases"),
     "trace_straggler_phase": FactSpec("straggler rank's phase", "text", "phases"),
     "trace_excess_ms": FactSpec("straggler rank's extra work per step", "ms", "phases"),
+    "trace_gpu_idle": FactSpec("GPU idle share of each step (trace)", "pct", "phases"),
+    "trace_straggler_gpu": FactSpec("GPU the straggler rank ran on", "text", "phases"),
 }
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {

@@ -196,7 +196,8 @@ def _idle_alert(idle: dict[str, IdleRun], view: LiveJob, config: AlertConfig) ->
     return Raised("gpus_idle", tuple(sorted(idle)), since, detail={
         "idle_gpus": len(idle), "gpus": len(view.gpus),
         "idle_hours": round(max(r.seconds for r in idle.values()) / 3600, 2),
-        "threshold_minutes": idle_minutes(view, config), "interactive": view.interactive})
+        "threshold_minutes": idle_minutes(view, config), "interactive": view.interactive,
+        "below_pct": round(config.idle_below * 100)})
 
 
 def _memory_alert(held: dict[str, IdleRun]) -> Raised:
@@ -240,7 +241,8 @@ def describe(alert: Raised, started: str, since: str) -> str:
     d, gpus = alert.detail, ", ".join(alert.gpus)
     if alert.kind == "gpus_idle":
         return (f"{d['idle_gpus']} of the job's {d['gpus']} GPUs ({gpus}) did no work "
-                f"(under 5% busy) since {since}: {d['idle_hours']:.1f} h idle.")
+                f"(under {d.get('below_pct', 5)}% busy) since {since}: {d['idle_hours']:.1f} h "
+                f"idle.")
     if alert.kind == "memory_held":
         held = ", ".join(f"{g} {gib:.1f} GiB" for g, gib in d["memory_gib"].items())
         return (f"Idle GPUs hold {d['total_gib']:.1f} GiB of GPU memory since {since} "

@@ -27,8 +27,8 @@ from apps.analysis.chargeback import Policy
 from apps.chargeback import charts, reconciliation, services
 from apps.chargeback.models import BillingPeriod, Rate, Reconciliation, Statement
 from apps.clusters import services as cluster_services
-from apps.clusters.adapters.slurm.types import Action
 from apps.clusters.models import Cluster
+from apps.clusters.services import Action
 from apps.core.errors import AdapterError
 from apps.jobs.views import HttpResponseSeeOther
 

@@ -12,9 +12,13 @@ from django.conf import settings
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.slurm import SlurmClient
 from apps.clusters.adapters.slurm.registry import slurm_client
+
+# Action is re-exported: views ask cannot(cluster, Action.X) without importing an adapter
 from apps.clusters.adapters.slurm.types import Action
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
+
+__all__ = ["Action", "cannot", "client_for", "prometheus_for"]  # Action: for the views
 
 
 def client_for(cluster: Cluster) -> SlurmClient:

@@ -1,32 +1,16 @@
-"""Navigation for the three audiences, and the "simulated data" banner."""
+"""The "simulated data" banner of a page about one cluster (navigation: apps/shell)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.conf import settings
-from django.http import HttpRequest
-
-from apps.accounts.models import Membership
-from apps.clusters.models import Cluster
+from typing import Any, Protocol
 
 
-def navigation(request: HttpRequest) -> dict[str, Any]:
-    user = getattr(request, "user", None)
-    sso = {"oidc_enabled": settings.OIDC_ENABLED, "oidc_provider_name": settings.OIDC_PROVIDER_NAME}
-    if user is None or not user.is_authenticated:
-        return {"nav_is_lead": False, "nav_is_staff": False, "simulated_clusters": [], **sso}
-    return {
-        **sso,
-        "nav_is_lead": Membership.objects.filter(user=user, role=Membership.Role.LEAD).exists(),
-        "nav_is_staff": user.is_staff,
-        # Every page says so when what it shows comes from the simulator.
-        "simulated_clusters": list(Cluster.objects.filter(is_simulated=True)
-                                   .values_list("name", flat=True)),
-    }
+class _Cluster(Protocol):  # clusters.Cluster: core imports no domain app
+    name: str
+    is_simulated: bool
 
 
-def simulated_banner(cluster: Cluster) -> dict[str, Any]:
+def simulated_banner(cluster: _Cluster) -> dict[str, Any]:
     """For a page about one cluster: the banner only if that cluster is simulated.
 
     ``navigation``'s default (every simulated cluster) is for pages that mix clusters; a

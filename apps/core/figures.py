@@ -16,7 +16,8 @@ def legend_below(layout: dict[str, Any], rows: int = 1) -> dict[str, Any]:
     margin = dict(layout.get("margin") or {})
     extra = LEGEND_ROOM * rows + 10
     margin["b"] = int(margin.get("b", 40)) + extra
+    # traceorder normal: left to right in the order of the data (stacked bars would reverse it)
     legend = {**(layout.get("legend") or {}), "orientation": "h", "yref": "container",
-              "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left"}
+              "y": 0, "yanchor": "bottom", "x": 0, "xanchor": "left", "traceorder": "normal"}
     return {**layout, "margin": margin, "legend": legend, "showlegend": layout.get(
         "showlegend", True), "height": int(layout.get("height", 260)) + extra}

@@ -1,4 +1,7 @@
-"""The portal's own metrics for Prometheus: request latency, Celery task outcomes, sync lag.
+"""The portal's own metrics for Prometheus: request latency, Celery task outcomes.
+
+The ``/metrics`` view (``apps/shell/views.py``) adds the clusters' sync lag
+(``apps/clusters/metrics.py``).
 
 ``/metrics`` is closed unless the site opens it (docs/SECURITY.md): a bearer token
 (``METRICS_TOKEN``) or an address allow-list (``METRICS_ALLOWED_IPS``, CIDRs allowed).
@@ -14,25 +17,21 @@ import ipaddress
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from celery import signals as celery_signals
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from django.utils import timezone
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
     Counter,
     Histogram,
-    generate_latest,
     make_wsgi_app,
     multiprocess,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
 
 from apps.core.net import client_ip
 
@@ -88,32 +87,6 @@ def _task_retried(sender: Any = None, **kwargs: Any) -> None:
     TASK_OUTCOMES.labels(_task_name(sender), "retry").inc()
 
 
-# --- Sync lag, read from the database at scrape time -----------------------------------
-
-
-class ClusterSyncCollector:
-    """``beacon_cluster_sync_lag_seconds``: seconds since each syncing cluster's last good
-    sync (since it was added, if it never synced). Import-only clusters have no lag."""
-
-    def collect(self) -> Iterator[Metric]:
-        from apps.clusters.models import Cluster
-
-        lag = GaugeMetricFamily("beacon_cluster_sync_lag_seconds",
-                                "Seconds since the cluster's last successful sync",
-                                labels=["cluster"])
-        last_ok = GaugeMetricFamily("beacon_cluster_last_sync_ok_timestamp_seconds",
-                                    "Unix time of the last successful sync (0: never)",
-                                    labels=["cluster"])
-        now = timezone.now()
-        rows = (Cluster.objects.exclude(slurm_backend=Cluster.SlurmBackend.NONE)
-                .values_list("name", "last_sync_ok_at", "created_at"))
-        for name, ok_at, created_at in rows:
-            lag.add_metric([name], max((now - (ok_at or created_at)).total_seconds(), 0.0))
-            last_ok.add_metric([name], ok_at.timestamp() if ok_at else 0.0)
-        yield lag
-        yield last_ok
-
-
 # --- The /metrics view -----------------------------------------------------------------
 
 
@@ -138,18 +111,7 @@ def _address_allowed(address: str, networks: list[str]) -> bool:
     return any(ip in ipaddress.ip_network(net, strict=False) for net in networks)
 
 
-def metrics_view(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format: this process's (or all processes') metrics plus sync lag."""
-    if not metrics_allowed(request):
-        return HttpResponse("metrics: not allowed from here (see docs/SECURITY.md)\n",
-                            status=403, content_type="text/plain")
-    body = generate_latest(_process_registry())
-    database = CollectorRegistry()
-    database.register(ClusterSyncCollector())
-    return HttpResponse(body + generate_latest(database), content_type=CONTENT_TYPE_LATEST)
-
-
-def _process_registry() -> CollectorRegistry:
+def process_registry() -> CollectorRegistry:
     """This process's metrics, or every process's with ``PROMETHEUS_MULTIPROC_DIR``."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
@@ -199,7 +161,7 @@ class _QuietHandler(WSGIRequestHandler):
 def serve_worker_metrics(port: int, address: str = "0.0.0.0") -> WSGIServer:  # noqa: S104
     """Serve the worker's task metrics on ``address:port`` in a daemon thread; returns the
     server (``shutdown()`` stops it). Port 0 picks a free one (``server.server_port``)."""
-    metrics_app = make_wsgi_app(_process_registry())
+    metrics_app = make_wsgi_app(process_registry())
 
     def guarded(environ: dict[str, Any], start_response: Any) -> Any:
         if not _allowed(environ.get("HTTP_AUTHORIZATION", ""), environ.get("REMOTE_ADDR", "")):

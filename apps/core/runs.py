@@ -5,18 +5,15 @@ from __future__ import annotations
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
+from django.db.models import Model
 from django.utils import timezone
 
 from apps.core.models import TaskRun
 
-if TYPE_CHECKING:
-    from apps.clusters.models import Cluster
-
 
 @contextmanager
-def tracked_run(kind: str, cluster: Cluster | None = None, target: str = "") -> Iterator[TaskRun]:
+def tracked_run(kind: str, cluster: Model | None = None, target: str = "") -> Iterator[TaskRun]:
     """Create a running TaskRun, yield it, then finish it.
 
     The body may fill ``run.stats``; it is saved with the final status. A body that read
@@ -26,8 +23,9 @@ def tracked_run(kind: str, cluster: Cluster | None = None, target: str = "") -> 
     written outside any transaction of the body, so a rolled-back sync still leaves its
     failed run behind.
     """
+    # by id: apps/core does not know the clusters app's model (the floor of the layers)
     run = TaskRun.objects.create(
-        kind=kind, cluster=cluster, target=target[:200],
+        kind=kind, cluster_id=None if cluster is None else cluster.pk, target=target[:200],
         status=TaskRun.Status.RUNNING, started_at=timezone.now(),
     )
     try:

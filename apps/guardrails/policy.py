@@ -13,6 +13,7 @@ silent success.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from django.conf import settings
@@ -35,6 +36,7 @@ from apps.clusters import services as cluster_services
 from apps.clusters.adapters.slurm import Action
 from apps.core.errors import AdapterError
 from apps.guardrails.alerts import local_time, scancel_command
+from apps.guardrails.live import is_interactive
 from apps.guardrails.models import Exemption, Message, PolicyAction
 from apps.guardrails.notify import job_url, send_notice
 from apps.jobs.models import Job
@@ -53,10 +55,21 @@ def policy_config() -> PolicyConfig:
                         grace_minutes=settings.GUARDRAILS_POLICY_GRACE_MINUTES)
 
 
+def config_for(job: Job, base: PolicyConfig | None = None) -> PolicyConfig:
+    """The policy's thresholds for ``job``: never act before its owner could be alerted, so
+    on an interactive partition the idle time is at least the interactive alerts' one."""
+    base = base or policy_config()
+    if not is_interactive(job):
+        return base
+    return replace(base, idle_hours=max(base.idle_hours,
+                                        settings.GUARDRAILS_INTERACTIVE_IDLE_MINUTES / 60))
+
+
 def exemption_for(job: Job) -> str:
     """Why ``job`` is exempt ("" when it is not): its user, account, partition or itself."""
-    values = {Exemption.Kind.USER: job.user_name, Exemption.Kind.ACCOUNT: job.account,
-              Exemption.Kind.PARTITION: job.partition}
+    values: dict[str, str] = {Exemption.Kind.USER: job.user_name,
+                              Exemption.Kind.ACCOUNT: job.account,
+                              Exemption.Kind.PARTITION: job.partition}
     for row in Exemption.objects.filter(Q(cluster_id=job.cluster_id) | Q(cluster__isnull=True)):
         if row.kind == Exemption.Kind.JOB and row.value in (str(job.job_id), job.display_id):
             return f"job opt-out: {row.reason}"
@@ -75,7 +88,7 @@ def apply(job: Job, view: LiveJob, now: datetime, idle_below: float) -> PolicyAc
     warned = _standing_warning(steps)
     state = PolicyState(now.timestamp(), all_idle_since(view, idle_below),
                         warned.at.timestamp() if warned else None, exemption_for(job))
-    decision = decide(state, policy_config())
+    decision = decide(state, config_for(job))
     if decision.action == EXEMPT:
         if steps and steps[-1].action == PolicyAction.Action.EXEMPT:
             return None

@@ -22,11 +22,13 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from apps.analysis.guardrails import AlertConfig, evaluate
+from apps.analysis.guardrails import AlertConfig, Raised, all_idle_since, evaluate
+from apps.analysis.guardrails_policy import CANCEL, CLEAR, WARN, PolicyConfig, PolicyState, decide
 from apps.analysis.timeseries import Series, Window
 from apps.clusters.adapters.telemetry import GpuInterval, JobTelemetry, plan
 from apps.clusters.models import Cluster, Node
 from apps.guardrails.live import StallRules, view_from_rows
+from apps.guardrails.policy import config_for
 from apps.jobs import archive
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary, JobNodeMetrics
 
@@ -34,16 +36,20 @@ from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary, JobNodeM
 @dataclass
 class Replayed:
     """What the replay saw of one job: whether it had telemetry, and each alert kind's first
-    firing (epoch seconds, the GPUs named, the details)."""
+    firing (the check's time, epoch seconds, and the alert)."""
 
     job_id: int
     measured: bool = False
     checks: int = 0
-    alerts: dict[str, tuple[float, tuple[str, ...], dict[str, Any]]] = field(default_factory=dict)
+    alerts: dict[str, tuple[float, Raised]] = field(default_factory=dict)
+    policy: list[tuple[float, str]] = field(default_factory=list)  # (when, step), as a dry run
+    end: float = 0.0
+    gpus: float = 0.0
 
 
 def replay(cluster: Cluster, telemetry: Path, now: datetime, every: float,
-           config: AlertConfig, jobs: QuerySet[Job] | None = None,
+           config: AlertConfig, policy: PolicyConfig | None = None,
+           jobs: QuerySet[Job] | None = None,
            progress: Callable[[int, int], None] | None = None) -> Iterator[Replayed]:
     """Each started GPU job of ``cluster`` (or ``jobs``) as the beat would have seen it."""
     jobs = jobs if jobs is not None else Job.objects.filter(
@@ -58,7 +64,7 @@ def replay(cluster: Cluster, telemetry: Path, now: datetime, every: float,
                 for key, job in rows.items()]
     for done, (key, read) in enumerate(source.stream(requests), start=1):
         yield _replay_job(rows[key], read, windows[key], source.catalogue.scrape_interval,
-                          every, config, stall_rules, cpus)
+                          every, (config, policy or PolicyConfig()), stall_rules, cpus)
         if progress:
             progress(done, len(rows))
 
@@ -95,18 +101,27 @@ def check_times(window: Window, every: float) -> list[float]:
 
 
 def _replay_job(job: Job, read: JobTelemetry, window: Window, scrape: float, every: float,
-                config: AlertConfig, stall_rules: StallRules, cpus: dict[str, int]) -> Replayed:
-    result = Replayed(job.job_id, measured=bool(read.gpus))
+                configs: tuple[AlertConfig, PolicyConfig], stall_rules: StallRules,
+                cpus: dict[str, int]) -> Replayed:
+    """Each check's alerts (the first firing per kind) and the idle-job policy's steps, as
+    a dry run with no exemption: warned, withdrawn, cancelled (then the job would end)."""
+    config, policy = configs[0], config_for(job, configs[1])
+    result = Replayed(job.job_id, measured=bool(read.gpus), end=window.end,
+                      gpus=job.gpu_equivalent)
     if not read.gpus:
         return result
-    cut = _Cutter(read)
+    cut, warned = _Cutter(read), None
     for t in check_times(window, every):
         view = _view_at(job, cut.until(t, scrape), Window(window.start, t), stall_rules, cpus)
         result.checks += 1
         for alert in evaluate(view, config):
             if alert.kind not in result.alerts:
-                result.alerts[alert.kind] = (t, alert.gpus, dict(alert.detail))
-        if len(result.alerts) == 4:
+                result.alerts[alert.kind] = (t, alert)
+        step = decide(PolicyState(t, all_idle_since(view, config.idle_below), warned), policy)
+        if step.action in (WARN, CLEAR, CANCEL):
+            result.policy.append((t, step.action))
+            warned = t if step.action == WARN else None
+        if step.action == CANCEL:
             break
     return result
 

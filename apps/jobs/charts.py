@@ -134,13 +134,13 @@ def series_lines(rows: Sequence[tuple[str, Sequence[float | None]]], start: floa
              **({"marker": {"size": 9 if n == 1 else 6}} if sparse else {}),
              "hovertemplate": f"{label} %{{x}}<br>%{{y:.3~f}} {unit}<extra></extra>"}
             for label, values in rows]
-    layout = {**_LAYOUT, "height": 240, "margin": {**_LAYOUT["margin"], "t": 36},
-              "title": _title(title, scope), **_window_axis(start, step, n),
-              "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
-              "showlegend": len(rows) <= 16, "legend": {"font": {"size": 10}}}
-    shown = len(rows) <= 16  # up to 16 entries, in rows of about 8
-    return {"data": data, "layout": legend_below(layout, rows=(len(rows) + 7) // 8)
-            if shown else layout}
+    # The legend stays at the right, clear of both axis titles: grouped by node, Plotly stacks
+    # a group's entries even in a horizontal legend, so below the plot it would not fit.
+    return {"data": data, "layout": {
+        **_LAYOUT, "height": 240, "margin": {**_LAYOUT["margin"], "t": 36},
+        "title": _title(title, scope), **_window_axis(start, step, n),
+        "yaxis": {"title": {"text": unit}, "rangemode": "tozero"},
+        "showlegend": len(rows) <= 16, "legend": {"font": {"size": 10}}}}
 
 
 def _per_node_means(rows: Sequence[tuple[str, Sequence[float | None]]]
@@ -220,11 +220,52 @@ def phase_bars(ranks: Sequence[tuple[int, Mapping[str, float]]], straggler: int 
              "marker": {"color": PHASE_COLOURS[p]},
              "hovertemplate": f"%{{y}}<br>{PHASE_LABELS[p]}: %{{x:.1f}} ms<extra></extra>"}
             for p in PHASE_COLOURS]
+    # time under annotations that map to no phase, by their own names (largest first)
+    extra: dict[str, float] = {}
+    for _, phases in ranks:
+        for name, ms in phases.items():
+            if name not in PHASE_COLOURS:
+                extra[name] = extra.get(name, 0.0) + ms
+    for i, name in enumerate(sorted(extra, key=lambda n: -extra[n])[:8]):
+        data.append({"type": "bar", "orientation": "h", "name": name, "y": labels,
+                     "x": [round(phases.get(name, 0.0), 2) for _, phases in ranks],
+                     "marker": {"color": _ANNOTATION_COLOURS[i % len(_ANNOTATION_COLOURS)]},
+                     "hovertemplate": "%{y}<br>" + name.replace("%", "%%")
+                                      + ": %{x:.1f} ms<extra></extra>"})
     return {"data": data, "layout": legend_below({
         **_LAYOUT, "barmode": "stack", "height": max(180, 70 + 24 * len(ranks)),
         "margin": {**_LAYOUT["margin"], "l": 190},
         "title": _title("Mean step per rank, from the job's traces"),
         "xaxis": {"title": {"text": "ms per step"}},
+        "yaxis": {"autorange": "reversed", "type": "category"}}, rows=2)}
+
+
+_ANNOTATION_COLOURS = ["#d4a017", "#c2185b", "#5d4037", "#7986cb", "#4db6ac", "#a1887f"]
+GPU_PARTS = (("compute", "compute kernels", "#1a7f37"),
+             ("exposed", "communication not under compute (exposed)", "#b35900"),
+             ("memory", "memory copies only", "#7986cb"),
+             ("idle", "idle: no kernel, no copy", "#d0d5dd"))
+
+
+def gpu_bars(ranks: Sequence[tuple[str, Mapping[str, float]]]) -> Figure:
+    """Per rank, the GPU's own account of a mean step (stacked, ms): compute, exposed
+    communication, memory copies alone and idle add up to the GPU step. Communication
+    hidden under compute is in the hover text: it costs the step nothing."""
+    data = []
+    for key, name, colour in GPU_PARTS:
+        data.append({
+            "type": "bar", "orientation": "h", "name": name, "y": [r for r, _ in ranks],
+            "x": [round(parts.get(key, 0.0), 2) for _, parts in ranks],
+            "customdata": [round(parts.get("hidden", 0.0), 2) for _, parts in ranks],
+            "marker": {"color": colour},
+            "hovertemplate": f"%{{y}}<br>{name}: %{{x:.1f}} ms"
+                             + (" (communication hidden under it: %{customdata:.1f} ms)"
+                                if key == "compute" else "") + "<extra></extra>"})
+    return {"data": data, "layout": legend_below({
+        **_LAYOUT, "barmode": "stack", "height": max(170, 70 + 24 * len(ranks)),
+        "margin": {**_LAYOUT["margin"], "l": 190},
+        "title": _title("What the GPU did in a mean step, per rank (kernels)"),
+        "xaxis": {"title": {"text": "ms per GPU step"}},
         "yaxis": {"autorange": "reversed", "type": "category"}}, rows=2)}
 
 

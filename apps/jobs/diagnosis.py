@@ -21,6 +21,14 @@ from django.db.models import Q
 from apps.accounts.models import Contact
 from apps.analysis.diagnosis import Fact, Finding, evaluate
 from apps.analysis.health import HARDWARE_XIDS
+from apps.analysis.straggler_story import (
+    TelemetryStraggler,
+    TraceStraggler,
+    merge,
+    one_story,
+    rank_gpu,
+)
+from apps.clusters.adapters.slurm.parse import expand_hostlist
 from apps.clusters.models import Node
 from apps.jobs.models import (
     DiagnosisRule,
@@ -60,8 +68,10 @@ def diagnose_many(jobs: Sequence[Job], rules: RuleSet | None = None
     found: dict[int, list[JobFinding]] = {}
     for position, job in enumerate(jobs):
         later = {j.pk for j in jobs[position + 1:]}
-        findings = evaluate(rules.pure, stored.facts(job, later))
-        found[job.pk] = [_row(job, f, rules.by_key[f.rule], rules) for f in findings]
+        facts = stored.facts(job, later)
+        # telemetry and a trace naming one straggler: one finding, one owner
+        findings = merge(evaluate(rules.pure, facts), stored.story(job, facts))
+        found[job.pk] = [_row(job, f, rules.by_key.get(f.rule), rules) for f in findings]
         if findings:
             log.debug("diagnosis: job %s: %s", job, ", ".join(f.rule for f in findings))
     with transaction.atomic():
@@ -90,8 +100,11 @@ class RuleSet:
         return {r.key: r for r in self.rows}
 
 
-def _row(job: Job, finding: Finding, rule: DiagnosisRule, rules: RuleSet) -> JobFinding:
-    route, contact = route_for(rule, job, rules.contacts)
+def _row(job: Job, finding: Finding, rule: DiagnosisRule | None,
+         rules: RuleSet) -> JobFinding:
+    """The stored finding; ``rule`` is None for the straggler story, which no rule wrote."""
+    route, contact = (route_for(rule, job, rules.contacts) if rule is not None
+                      else _route_area(finding.area, job, rules.contacts))
     return JobFinding(
         job=job, source=JobFinding.Source.DIAGNOSIS, rule=rule, key=finding.rule,
         area=finding.area, severity=finding.severity, title=finding.title[:200],
@@ -112,14 +125,27 @@ def route_for(rule: DiagnosisRule, job: Job,
     return (JobFinding.Route.CONTACT, contact) if contact else (JobFinding.Route.NONE, None)
 
 
+def _route_area(area: str, job: Job,
+                contacts: Sequence[Contact]) -> tuple[str, Contact | None]:
+    """Whom a finding without a rule goes to: the researcher (code) or the area's contact."""
+    if area == DiagnosisRule.Area.CODE:
+        return JobFinding.Route.RESEARCHER, None
+    contact = _contact_for(area, job, contacts)
+    return (JobFinding.Route.CONTACT, contact) if contact else (JobFinding.Route.NONE, None)
+
+
 def _area_contact(rule: DiagnosisRule, job: Job,
                   contacts: Sequence[Contact] | None) -> Contact | None:
+    return _contact_for(rule.area, job, contacts)
+
+
+def _contact_for(area: str, job: Job, contacts: Sequence[Contact] | None) -> Contact | None:
     if contacts is None:
         contacts = list(Contact.objects.order_by("name"))
-    fitting = [c for c in contacts if c.area == rule.area
+    fitting = [c for c in contacts if c.area == area
                and c.cluster_id in (job.cluster_id, None)]
     own = [c for c in fitting if c.cluster_id == job.cluster_id]
-    return (own or fitting or [None])[0]
+    return next(iter(own or fitting), None)
 
 
 # --- Facts ---------------------------------------------------------------------------------
@@ -191,6 +217,32 @@ class _Stored:
         if trace is not None:
             facts.update(trace_facts(trace))
         return facts
+
+    def story(self, job: Job, facts: dict[str, Fact]) -> Finding | None:
+        """The straggler story when telemetry and the latest trace both name one."""
+        metrics, trace = self.metrics.get(job.pk), self.traces.get(job.pk)
+        if metrics is None or trace is None or not facts.get("straggler_found"):
+            return None
+        return one_story(trace_straggler(trace, job), TelemetryStraggler(
+            gpus=tuple(s["gpu"] for s in metrics.straggler_detail.get("stragglers", [])),
+            hardware=bool(facts.get("straggler_hardware")),
+            cause=str(facts.get("straggler_cause", ""))))
+
+
+def trace_straggler(trace: TraceRun, job: Job) -> TraceStraggler | None:
+    """The trace's straggler rank and the GPU it ran on, named as telemetry names GPUs."""
+    row = trace.straggler_row()
+    if row is None:
+        return None
+    return TraceStraggler(
+        rank=row.rank, phase=trace.straggler_phase, excess_ms=trace.straggler_excess_ms or 0.0,
+        gpu=rank_gpu(row.device_host, row.device_index, job_nodes(job)),
+        intermittent=trace.straggler_intermittent, steps=tuple(trace.straggler_steps))
+
+
+def job_nodes(job: Job) -> list[str]:
+    """The job's node names (Slurm's host list expanded)."""
+    return expand_hostlist(job.nodes) if job.nodes else []
 
 
 def efficiency_facts(metrics: JobMetrics,
@@ -286,7 +338,7 @@ def _stragglers(jobs: Sequence[Job], summaries: dict[int, list[JobMetricSummary]
     mine = [(j, summaries[j.pk]) for j in jobs if summaries.get(j.pk) and j.start_time]
     if not mine:
         return []
-    since = min(j.start_time for j, _ in mine) - timedelta(days=SLOW_ELSEWHERE_DAYS)
+    since = min(j.start_time for j, _ in mine if j.start_time) - timedelta(days=SLOW_ELSEWHERE_DAYS)
     uuids = {s.gpu_uuid for _, rows in mine for s in rows if s.gpu_uuid}
     hosts = {s.host for _, rows in mine for s in rows}
     return list(JobMetricSummary.objects.filter(
@@ -375,6 +427,11 @@ def trace_facts(trace: TraceRun) -> dict[str, Fact]:
     if phase:
         facts.update(trace_straggler_rank=str(trace.straggler_rank), trace_straggler_phase=phase,
                      trace_excess_ms=trace.straggler_excess_ms)
+        row = trace.straggler_row()
+        if row is not None and row.gpu_label:
+            facts["trace_straggler_gpu"] = row.gpu_label
+    if trace.gpu_idle_share is not None:
+        facts["trace_gpu_idle"] = trace.gpu_idle_share
     return facts
 
 

@@ -61,6 +61,16 @@ DEFAULT_RULES: list[dict[str, Any]] = [
      "text": "Rank {trace_straggler_rank} spends {trace_excess_ms} more per step in data "
              "loading than the other ranks, which wait for it in every collective.",
      "hint": "Check that rank's node (local disk, CPU load) and its data shard."},
+    {"key": "gpu-starved-trace", "area": "code", "severity": "warning", "order": 13,
+     "title": "The GPU waits for the CPU (profiler trace)",
+     "conditions": [("trace", ">=", 1), ("trace_gpu_idle", ">=", 0.3)],
+     "text": "In the profiler trace the GPU is idle {trace_gpu_idle} of each step: the CPU "
+             "side cannot feed it, whatever phase the CPU is in.",
+     "hint": "Check launch and dispatch overhead (many small kernels: fuse them with "
+             "torch.compile or capture CUDA graphs), synchronising calls (.item(), .cpu(), "
+             "cudaStreamSynchronize, blocking host-device copies: pinned memory and "
+             "non_blocking=True) and the input pipeline (DataLoader workers, pin_memory, "
+             "prefetching)."},
     # --- Network: the network contact ---------------------------------------------------
     {"key": "allreduce-dominated", "area": "network", "severity": "warning", "order": 20,
      "title": "Steps dominated by communication",

@@ -23,6 +23,9 @@ from django.utils import timezone
 from apps.analysis import compact
 from apps.analysis.efficiency import MEASURE_NAMES, measure_note
 from apps.analysis.endings import OWNER_WORDS, EndingFacts, JobNames, explain, output_paths
+from apps.analysis.phases import GPU_IDLE_CHECKS
+from apps.analysis.straggler_story import KEY as STORY_KEY
+from apps.analysis.straggler_story import rank_gpu
 from apps.clusters.adapters.slurm.parse import expand_hostlist
 from apps.jobs import charts
 from apps.jobs.archive import PARTIAL_ATTEMPTS
@@ -225,16 +228,66 @@ def findings_for(job: Job) -> list[JobFinding]:
 
 
 def traces_panel(job: Job) -> dict[str, Any]:
-    """The latest trace analysis (phase bars per rank) and the earlier ones."""
+    """The latest trace analysis (phase bars and the GPU timeline per rank, which GPU each
+    rank ran on) and the earlier ones."""
     runs = list(job.trace_runs.prefetch_related("ranks")[:10])
     if not runs:
         return {"trace_runs": []}
     latest = runs[0]
-    ranks = [(r.rank, {p: getattr(r, f"{p}_ms") for p in TraceRankPhases.PHASE_FIELDS})
-             for r in latest.ranks.all()]
-    return {"trace_runs": runs, "trace": latest,
-            "trace_figure": charts.phase_bars(ranks, latest.straggler_rank,
-                                              latest.straggler_phase, latest.waiting_ranks)}
+    rows = list(latest.ranks.all())
+    nodes = expand_hostlist(job.nodes) if job.nodes else []
+    for row in rows:  # the GPU as telemetry names it (short host, or the job's one node)
+        row.telemetry_gpu = rank_gpu(row.device_host, row.device_index, nodes)
+    ranks = [(r.rank, {**{p: getattr(r, f"{p}_ms") for p in TraceRankPhases.PHASE_FIELDS},
+                       **r.annotations_ms}) for r in rows]
+    panel: dict[str, Any] = {
+        "trace_runs": runs, "trace": latest, "trace_rows": [_rank_row(r) for r in rows],
+        "trace_figure": charts.phase_bars(ranks, latest.straggler_rank,
+                                          latest.straggler_phase, latest.waiting_ranks),
+        "trace_checks": GPU_IDLE_CHECKS if latest.gpu_starved else (),
+        "trace_unmapped": sorted({k for r in rows for k in r.annotations_ms}),
+        "trace_straggler_gpu": next((r.telemetry_gpu for r in rows
+                                     if r.rank == latest.straggler_rank), ""),
+    }
+    gpu_rows = [r for r in rows if r.gpu_idle_ms is not None]
+    if gpu_rows:
+        panel["trace_gpu_figure"] = charts.gpu_bars([
+            (f"rank {r.rank}" + (f" ({r.telemetry_gpu})" if r.telemetry_gpu else ""),
+             _gpu_parts(r))
+            for r in gpu_rows])
+    return panel
+
+
+def link_stragglers(ctx: dict[str, Any]) -> None:
+    """Rank and GPU on both straggler cards: telemetry's named GPUs get the trace rank that
+    ran on them, and the story finding (one verdict, one owner) is found for both cards."""
+    rank_of = {r["gpu_label"]: r["rank"] for r in ctx.get("trace_rows", []) if r["gpu_label"]}
+    straggler = ctx.get("straggler")
+    if straggler and rank_of:
+        straggler["stragglers"] = [{**s, "rank": rank_of.get(s["gpu"])}
+                                   for s in straggler["stragglers"]]
+    ctx["straggler_story"] = next((f for f in ctx.get("findings", [])
+                                   if f.key == STORY_KEY), None)
+
+
+def _rank_row(row: TraceRankPhases) -> dict[str, Any]:
+    """One rank in the trace table: its step, where it ran, its GPU's account of a step."""
+    step = row.step_ms or 0.0
+    gpu = row.gpu()
+    return {"rank": row.rank, "step_ms": step, "gpu_label": row.telemetry_gpu or row.gpu_label,
+            "device_name": row.device_name, "gpu": gpu,
+            "idle_share": gpu["idle_ms"] / step if gpu and step > 0 else None,
+            "exposed_share": (gpu["exposed_communication_ms"] / gpu["communication_ms"]
+                              if gpu and gpu["communication_ms"] > 0 else None)}
+
+
+def _gpu_parts(row: TraceRankPhases) -> dict[str, float]:
+    """The GPU step cut into disjoint parts that add up to it (see ``charts.gpu_bars``)."""
+    idle, compute = row.gpu_idle_ms or 0.0, row.gpu_compute_ms or 0.0
+    comm, exposed = row.gpu_communication_ms or 0.0, row.gpu_exposed_communication_ms or 0.0
+    return {"compute": compute, "exposed": exposed, "idle": idle,
+            "memory": max(row.step_ms - idle - compute - exposed, 0.0),
+            "hidden": max(comm - exposed, 0.0)}
 
 
 def series_payload(job: Job) -> dict[str, Any]:

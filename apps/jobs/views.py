@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import DetailView, TemplateView
 
-from apps.accounts.permissions import VIEW, ActionRequiredMixin, lead_team_ids
+from apps.accounts.permissions import VIEW, ActionRequiredMixin, lead_team_ids, signed_in
 from apps.analysis.phases import TraceAnalysisError
 from apps.clusters.models import Cluster
 from apps.core.context_processors import simulated_banner
@@ -34,7 +34,7 @@ class JobListView(ActionRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        user = self.request.user
+        user = signed_in(self.request)
         led = lead_team_ids(user)
         scope = self.request.GET.get("scope", "mine")
         if scope not in SCOPES:
@@ -103,6 +103,7 @@ class JobDetailView(ActionRequiredMixin, DetailView):
         ctx.update(_metrics_card(job))
         ctx.update(presenters.ending_card(job))
         ctx.update(presenters.traces_panel(job))
+        presenters.link_stragglers(ctx)
         ctx["upload_limit_mb"] = settings.TRACE_UPLOAD_MAX_MB
         ctx.update(simulated_banner(job.cluster))
         ctx["detection_problems"] = _detection_problems(job)

@@ -18,8 +18,8 @@ from apps.accounts.models import Team
 from apps.accounts.permissions import ADMIN, ActionRequiredMixin
 from apps.chargeback.services import ChargebackError, current_month, parse_month
 from apps.clusters import services as cluster_services
-from apps.clusters.adapters.slurm.types import Action
 from apps.clusters.models import SlurmAccount
+from apps.clusters.services import Action
 from apps.core.errors import AdapterError
 from apps.jobs.views import HttpResponseSeeOther
 from apps.quotas import services

@@ -28,6 +28,7 @@ from apps.clusters.adapters.slurm.parse import (
     parse_job_environments,
     saved_section,
 )
+from apps.core.errors import AdapterError
 
 SOURCES = ((".sh", "batch script"), (".env", "environment"))
 _PER_JOB = re.compile(r"^[0-9][0-9_+]{0,40}\.(?:sh|env)$")
@@ -77,13 +78,14 @@ class SavedScripts:
 
 def read_folder(folder: Path) -> SavedScripts:
     """Index ``folder``: multi-job sacct files are parsed now (once per run), per-job files
-    are opened when a job asks for them."""
+    are opened when a job asks for them. A folder that cannot be listed is an
+    ``AdapterError`` (a source asked for that failed: no job is marked as scanned)."""
     saved = SavedScripts(folder)
     try:
         entries = list(os.scandir(folder))
     except OSError as exc:
-        saved.problem(f"{folder}: cannot list ({exc})")
-        return saved
+        raise AdapterError(f"scripts folder {folder}: cannot list ({exc.strerror or exc})",
+                           service="scripts") from exc
     for entry in sorted(entries, key=lambda e: e.name):
         if _PER_JOB.match(entry.name) or not entry.is_file():
             continue

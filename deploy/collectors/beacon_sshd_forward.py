@@ -191,6 +191,11 @@ def save_cursor(path, cursor):
 # --- Sources --------------------------------------------------------------------------------
 
 
+# Set by SIGTERM/SIGINT: the main loop stops between batches, never inside one, so a
+# batch Beacon stored always has its cursor saved (a restart then sends nothing twice).
+STOP = threading.Event()
+
+
 def pump(items, sender, every):
     """Feed ``(line, cursor)`` items to the sender, flushing every ``every`` seconds even
     while no line comes (a reader thread waits on the source, this one on the clock)."""
@@ -205,9 +210,9 @@ def pump(items, sender, every):
             queue_.put(done)
 
     threading.Thread(target=read, name="reader", daemon=True).start()
-    while True:
+    while not STOP.is_set():
         try:
-            item = queue_.get(timeout=max(0.1, every / 2))
+            item = queue_.get(timeout=max(0.1, min(every / 2, 1.0)))
         except queue.Empty:
             item = None
         if item is done:
@@ -308,14 +313,13 @@ def main(argv=None, stream=None):
             return 1
     sender = Sender(url, token, cluster, args.max_buffer, args.timeout,
                     state if args.journal else None)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # finally: flush, then exit
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: STOP.set())  # then: flush, then exit
     try:
         if args.journal:
             from_journal(sender, args.every, state, not args.no_follow, args.journal_arg)
         else:
             pump(stdin_items(stream or sys.stdin), sender, args.every)
-    except KeyboardInterrupt:
-        pass
     finally:
         deadline = time.monotonic() + args.timeout
         while not sender.flush(force=True) and time.monotonic() < deadline:

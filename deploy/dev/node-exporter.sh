@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian's node_exporter (prometheus-node-exporter 1.5) on loopback, reading a synthetic
-# /sys and /proc that a test writes and updates (docs/telemetry-tests.md; issue 17).
+# /sys and /proc that a test writes and updates (docs/live-telemetry.md; issue 17).
 #
 #   deploy/dev/node-exporter.sh up        install if missing, start, wait until it serves
 #   deploy/dev/node-exporter.sh down      stop it (only the process in our pid file)

@@ -321,3 +321,59 @@ def test_subtract_and_partition_give_every_instant_one_label():
     assert subtract([(0, 10)], [(2, 3), (5, 7)]) == [(0, 2), (3, 5), (7, 10)]
     segments = partition((0, 10), [("comm", [(4, 6)]), ("fwd", [(0, 5)]), ("bwd", [(5, 12)])])
     assert segments == [(0, 4, "fwd"), (4, 6, "comm"), (6, 10, "bwd")]
+
+
+# --- Traces of different runs ------------------------------------------------------------------
+
+A100, V100 = "NVIDIA A100-SXM4-80GB", "Tesla V100-SXM2-32GB"
+
+
+def _with_origin(trace, **origin):
+    from apps.analysis.trace_types import Origin
+
+    return replace(trace, origin=Origin(**{"device": trace.distributed.rank, **origin}))
+
+
+MIXED = [
+    # (id, how rank 1's file differs, the reason named)
+    ("another GPU model", lambda t: _with_origin(t, device_name=V100), "GPU model"),
+    ("another NCCL version",
+     lambda t: replace(t, distributed=replace(t.distributed, nccl_version="2.18.3")),
+     "NCCL version"),
+    ("the same process as rank 0",
+     lambda t: _with_origin(t, device_name=A100, host="gpu01", pid=4242),
+     "one process is one rank"),
+    ("epoch times a day later, no baseTimeNanoseconds",
+     lambda t: replace(t, base_time_ns=None, events=tuple(
+         replace(e, ts=e.ts + 1.7e15 + 86_400e6) for e in t.events)),
+     "recorded at a time no other file covers"),
+]
+
+
+@pytest.mark.parametrize(("change", "reason"), [c[1:] for c in MIXED], ids=[c[0] for c in MIXED])
+def test_traces_of_different_runs_name_no_straggler(change, reason):
+    traces = _run(3, 1, "data", 30.0, options=Options(gpu=True))
+    traces = [_with_origin(t, device_name=A100, host="gpu01", pid=4242 + t.rank)
+              for t in traces]
+    traces = [replace(t, distributed=replace(t.distributed, nccl_version="2.17.1"))
+              for t in traces]
+    if reason.startswith("recorded"):  # all files epoch-timed, rank 1's on another day
+        traces = [replace(t, base_time_ns=None, events=tuple(
+            replace(e, ts=e.ts + 1.7e15) for e in t.events)) for t in traces]
+    assert analyze(traces).straggler.rank == 1  # the same run: named
+    traces[1] = change(traces[1])
+    if reason == "one process is one rank":
+        traces[1] = replace(traces[1], origin=replace(traces[1].origin, pid=traces[0].origin.pid))
+    analysis = analyze(traces)
+    assert analysis.straggler is None and analysis.mixed_runs and analysis.partial
+    assert any(reason in w for w in analysis.warnings)
+    assert "no straggler is named" in analysis.warnings[-1] or any(
+        "no straggler is named" in w for w in analysis.warnings)
+    assert "different runs" in analysis.summary
+
+
+def test_a_rank_without_world_size_counts_the_ranks_given():
+    traces = [replace(t, distributed=replace(t.distributed, world_size=None))
+              for t in _run(3, 2, "data", 30.0)]
+    analysis = analyze(traces)
+    assert analysis.world_size == 3 and analysis.straggler.rank == 2 and not analysis.partial

@@ -21,7 +21,7 @@ from django.utils import timezone
 from apps.accounts.models import Membership, Team
 from apps.chargeback.models import Rate
 from apps.clusters.models import Cluster, SlurmAccount
-from apps.core import demo
+from apps.demo import loader as demo
 from apps.quotas.models import Quota
 from apps.slo import services as slo
 from apps.slo.models import Objective

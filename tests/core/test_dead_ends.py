@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from apps.accounts.models import ApiToken
 from apps.audit.models import AuditEvent
-from apps.core import views as core_views
+from apps.shell import views as core_views
 from tests.conftest import make_job
 
 pytestmark = pytest.mark.django_db

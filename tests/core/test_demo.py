@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from apps.clusters.adapters.slurm.parse_cluster import parse_sacctmgr_assoc
 from apps.clusters.models import Cluster, SlurmAccount, SlurmAssociation
-from apps.core import demo
+from apps.demo import loader as demo
 from apps.quotas import services as quotas
 from tests.conftest import make_job
 

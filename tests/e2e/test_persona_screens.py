@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from apps.clusters.models import SlurmAccount
-from apps.core import demo
+from apps.demo import loader as demo
 from apps.jobs.models import Job
 from tests.core.test_crawl import personas
 

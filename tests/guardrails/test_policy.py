@@ -147,3 +147,13 @@ def test_the_job_page_shows_the_steps_and_lets_an_admin_grant_an_opt_out(running
         .exists()
     check(running, 3.7)
     assert [a for a, _ in steps(running)] == ["warned", "exempt"]
+
+
+def test_on_an_interactive_partition_the_policy_waits_for_the_alert_first(running, slurm,
+                                                                         enforce):
+    running.partition = "interactive"
+    running.save()
+    check(running, 2.6)  # idle 2.1 h: over the policy's 2 h, under the notebooks' 4 h
+    assert steps(running) == []
+    check(running, 4.6)  # idle 4.1 h: the alert and the warning together
+    assert steps(running) == [("warned", False)]

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from apps.guardrails import replay, report
+from apps.analysis.guardrails import Raised
+from apps.demo import alerts as report
+from apps.guardrails import replay
 from apps.guardrails.live import alert_config
 from apps.guardrails.models import Alert
 from tests.jobs.sim_jobs import load_cluster, load_jobs
@@ -42,6 +44,10 @@ def test_the_replayed_alerts_match_the_truth(simulated):
     for k in result.kinds:
         assert k.true_positives == k.planted == k.raised, (k.kind, k.missed, k.wrong)
     assert result.healthy_measured >= 30 and result.false_alarms == {}
+    # the idle-job policy as a dry run: it cancels only jobs that held every GPU idle
+    cancelled = result.policy["cancelled"]
+    assert "healthy" not in cancelled and "healthy" not in result.policy["warned"]
+    assert set(cancelled) <= {"idle_notebook"}
     assert not Alert.objects.exists()  # the replay stores nothing
 
 
@@ -51,8 +57,10 @@ def test_a_wrong_straggler_gpu_is_a_false_positive():
                            "window": {"start": 0}, "details": {}}],
              "jobs": {"7": {"pathologies": ["straggler_gpu"], "failure_cause": None},
                       "8": {"pathologies": [], "failure_cause": None}}}
-    seen = [replay.Replayed(7, True, 3, {"straggler": (3600.0, ("gpu01:5",), {})}),
-            replay.Replayed(8, True, 3, {"gpus_idle": (3600.0, ("gpu02:0",), {})})]
+    seen = [replay.Replayed(7, True, 3, {"straggler": (3600.0, Raised("straggler", ("gpu01:5",),
+                                                                      0.0))}),
+            replay.Replayed(8, True, 3, {"gpus_idle": (3600.0, Raised("gpus_idle", ("gpu02:0",),
+                                                                      0.0))})]
     result = report.score(truth, seen)
     straggler = next(k for k in result.kinds if k.kind == "straggler")
     assert straggler.precision == 0 and straggler.recall == 0
@@ -72,3 +80,16 @@ def test_the_command_refuses_what_is_not_a_ground_truth(tmp_path, db):
     bad.write_text("[]")
     with pytest.raises(CommandError, match="not a simulator ground truth"):
         call_command("guardrail_report", str(bad), "--telemetry", str(tmp_path))
+
+
+def test_store_keeps_the_replayed_alerts_marked_simulated(db, world):
+    from apps.guardrails.alerts import store_replayed
+    from tests.conftest import make_job
+
+    job = make_job(world.cluster, 900, world.users["bob"], world.team_a)
+    raised = [(1_800_000_000.0, Raised("gpus_idle", ("gpu01:3",), 1_799_990_000.0,
+                                       detail={"idle_gpus": 1, "gpus": 8, "idle_hours": 2.8}))]
+    assert store_replayed(job, raised) == 1
+    assert store_replayed(job, raised) == 0  # once per job and kind
+    alert = Alert.objects.get(job=job)
+    assert alert.status == Alert.Status.SIMULATED and "1 of the job's 8 GPUs" in alert.text

@@ -345,16 +345,34 @@ def scraping_prometheus(targets: Sequence[Target], workdir: Path,
     """A private Prometheus scraping ``targets`` every second; yields its URL."""
     config = workdir / "prometheus.yml"
     config.write_text(yaml.safe_dump(prometheus_config(targets, rule_files=rule_files)))
+    with private_prometheus(workdir, config) as (url, _env):
+        yield url
+
+
+@contextmanager
+def private_prometheus(workdir: Path, config: Path | None = None
+                       ) -> Iterator[tuple[str, dict[str, str]]]:
+    """A Prometheus of this test's own (``deploy/dev/prometheus.sh`` on a free port, data
+    under ``workdir``); yields its URL and the environment that names it to the script
+    (``backfill`` with it loads OpenMetrics files into this one)."""
     port = free_port()
-    env = {**os.environ, "PROM_PORT": str(port), "PROM_DIR": str(workdir / "prometheus"),
-           "PROM_CONFIG": str(config)}
+    env = {**os.environ, "PROM_PORT": str(port), "PROM_DIR": str(workdir / "prometheus")}
+    if config is not None:
+        env["PROM_CONFIG"] = str(config)
     done = subprocess.run([str(PROM_SCRIPT), "up"], env=env, capture_output=True, text=True,
                           timeout=900, check=False)
     require(done.returncode == 0 or "missing" not in done.stderr, "Prometheus",
             f"{PROM_SCRIPT.relative_to(ROOT)} up (as root it installs the Debian package)")
     assert done.returncode == 0, done.stderr or done.stdout
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", env
     finally:
         subprocess.run([str(PROM_SCRIPT), "down"], env=env, capture_output=True, timeout=60,
                        check=False)
+
+
+def backfill(env: dict[str, str], files: Sequence[Path]) -> None:
+    """Load OpenMetrics ``files`` into the private Prometheus ``env`` names (promtool)."""
+    done = subprocess.run([str(PROM_SCRIPT), "backfill", *map(str, files)], env=env,
+                          capture_output=True, text=True, timeout=1800, check=False)
+    assert done.returncode == 0, done.stderr or done.stdout

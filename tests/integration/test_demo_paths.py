@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 
 from apps.clusters.models import Cluster, Node
-from apps.core import demo
+from apps.demo import loader as demo
 from apps.jobs import archive
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary, TraceRun
 from tests.integration import prom

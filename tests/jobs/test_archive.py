@@ -321,3 +321,15 @@ def test_every_gpu_measure_refused_is_a_failed_archive_not_an_empty_one(job):
     with pytest.raises(AdapterError, match="every GPU metric query failed"):
         archive.archive_job(job, archive.PrometheusSource(RefusingProm("DCGM"), Catalogue()))
     assert "every GPU metric query failed" in JobMetrics.objects.get(job=job).last_error
+
+
+def test_the_task_run_of_a_refused_measure_is_partial(job, monkeypatch):
+    from apps.clusters.adapters.catalogue import Catalogue
+
+    prom = RefusingProm("node_infiniband_port_data_received_bytes_total")
+    monkeypatch.setattr(archive, "prometheus_source",
+                        lambda cluster: archive.PrometheusSource(prom, Catalogue()))
+    tasks.archive_job.delay(job.pk)
+    run = TaskRun.objects.get(kind="archive_job")
+    assert run.status == TaskRun.Status.PARTIAL
+    assert "ib_rx: HTTP 422 execution" in run.error and run.stats["status"] == "partial"

@@ -210,6 +210,67 @@ def test_trace_phases_are_facts(world):
     assert keys(diagnose_job(job)) == ["data-loading-dominant", "slow-data-rank"]
 
 
+def _traced(job, straggler=1, phase="backward", host="gpu01", device=5, idle=None, **run):
+    """A stored 2-rank GPU trace analysis whose straggler rank ran on GPU ``host:device``."""
+    trace = TraceRun.objects.create(job=job, fingerprint="t", world_size=2, steps=10,
+                                    timeline="gpu", straggler_rank=straggler,
+                                    straggler_phase=phase, straggler_excess_ms=42.0,
+                                    waiting_ranks=[] if straggler is None else [1 - straggler],
+                                    gpu_idle_share=idle, **run)
+    for rank in (0, 1):
+        TraceRankPhases.objects.create(
+            trace_run=trace, rank=rank, step_ms=150, forward_ms=40, backward_ms=60,
+            device_host=host if rank == straggler else "gpu01",
+            device_index=device if rank == straggler else 0,
+            gpu_idle_ms=None if idle is None else idle * 150, gpu_compute_ms=90,
+            gpu_communication_ms=30, gpu_exposed_communication_ms=10)
+    return trace
+
+
+SLOW_5 = {i: {"sm_active": 0.41} for i in range(8) if i != 5}
+THERMAL_5 = {5: {"sm_active": 0.86, "throttle_reasons": 0x60, "sm_clock": 1150.0}}
+
+
+@pytest.mark.parametrize(("per_gpu", "trace", "expected", "area", "words"), [
+    # the same GPU, thermally throttled: one hardware story, not "hardware" and "code"
+    (SLOW_5 | THERMAL_5, {}, ["straggler-story"], "hardware",
+     "rank 1 runs on GPU gpu01:5, which shows"),
+    # the same GPU, no hardware sign: one code story
+    (SLOW_5 | {5: {"sm_active": 0.86}}, {}, ["straggler-story"], "code",
+     "which shows no sign of a hardware problem"),
+    # Kineto's host_name is often the FQDN
+    (SLOW_5 | THERMAL_5, {"host": "gpu01.cluster.example.org"}, ["straggler-story"],
+     "hardware", "rank 1 runs on GPU gpu01:5"),
+    # different GPUs: one story that follows the trace and says they disagree
+    (SLOW_5 | THERMAL_5, {"device": 2}, ["straggler-story"], "code",
+     "Telemetry names GPU gpu01:5"),
+    # the trace cannot say where the rank ran (a CPU trace): both findings stay
+    (SLOW_5 | THERMAL_5, {"host": "", "device": None}, ["slow-compute-rank",
+                                                          "slow-gpu-hardware"], None, ""),
+])
+def test_telemetry_and_a_trace_naming_one_straggler_give_one_story(world, per_gpu, trace,
+                                                                   expected, area, words):
+    job = world.jobs["bob"]
+    _traced(job, **trace)
+    found = archived(job, per_gpu, gpu_util=0.98)
+    assert keys(found) == expected
+    if area:
+        (story,) = found
+        assert story.area == area and words in story.text and story.rule is None
+        assert story.route == ("researcher" if area == "code" else "none")
+        assert {e["anchor"] for e in story.evidence} == {"stragglers", "phases"}
+
+
+def test_a_starved_gpu_in_the_trace_is_a_finding_with_what_to_check(world):
+    job = world.jobs["bob"]
+    _traced(job, straggler=None, phase="", idle=0.46)
+    found = {f.key: f for f in diagnose_job(job)}
+    assert "gpu-starved-trace" in found
+    starved = found["gpu-starved-trace"]
+    assert "the GPU is idle 46% of each step" in starved.text
+    assert "CUDA graphs" in starved.hint and starved.route == "researcher"
+
+
 def test_the_shipped_rules_can_be_put_back(world):
     from django.core.management import call_command
 

@@ -113,6 +113,44 @@ def test_no_metrics_and_no_traces_explains_itself(world, login):
 # --- Traces: the phase chart and uploads ----------------------------------------------------
 
 
+def test_telemetry_and_a_trace_naming_one_straggler_tell_one_story(straggling, login):
+    # 8 ranks on gpu01's 8 GPUs (rank r on GPU r, as the kernels' device says); rank 5, on
+    # the thermally throttled GPU, is slow in backward: the two verdicts are one
+    plans = [[Step(backward=38.0 if r == 5 else 8.0)] * 6 for r in range(8)]
+    files = [SimpleUploadedFile(t.source, json.dumps(to_chrome(t, device=t.rank)).encode())
+             for t in simulate(plans, Options(gpu=True))]
+    bob = login("bob")
+    assert bob.post(_url(straggling, "jobs-traces"), {"files": files}).status_code == 303
+    page = bob.get(_url(straggling))
+    html = page.content.decode()
+    assert "One story with the profiler trace" in html
+    assert "Rank 5 is slow because its GPU gpu01:5 is (thermal throttling)" in html
+    assert "rank 5 runs on GPU gpu01:5" in html and '<a href="#phases">rank 5</a>' in html
+    assert "(it ran on GPU <a href=\"#stragglers\">gpu01:5</a>)" in html
+    # one verdict, one owner: neither separate card is left
+    keys = [f.key for f in page.context["findings"]]
+    assert keys.count("straggler-story") == 1
+    assert not {"slow-gpu-hardware", "slow-compute-rank", "straggler-no-hardware"} & set(keys)
+    assert "Hardware on-call" in html
+    # the GPU timeline per rank is on the page, each rank with its GPU
+    gpu = page.context["trace_gpu_figure"]
+    assert gpu["data"][0]["y"][5] == "rank 5 (gpu01:5)"
+
+
+def test_a_gpu_trace_shows_the_gpu_timeline_and_an_idle_gpu_says_what_to_check(world, login):
+    job = world.jobs["bob"]
+    # the GPU computes 2 ms of each ~60 ms step: the CPU cannot feed it
+    plans = [[Step(data=40.0, forward=4.0, backward=8.0)] * 6 for _ in range(2)]
+    files = [SimpleUploadedFile(t.source, json.dumps(to_chrome(t, device=t.rank)).encode())
+             for t in simulate(plans, Options(gpu=True))]
+    bob = login("bob")
+    bob.post(_url(job, "jobs-traces"), {"files": files})
+    html = bob.get(_url(job)).content.decode()
+    assert "The GPU is idle" in html and "the CPU side cannot feed it" in html
+    assert "CUDA graphs" in html and 'data-figure="fig-gpu-timeline"' in html
+    assert "GPU gpu01:0" in html and "GPU gpu01:1" in html  # where each rank ran
+
+
 @pytest.fixture
 def traced_job(world):
     return make_job(world.cluster, 555, world.users["bob"], world.team_a,

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 
 from apps.clusters import sync
 from apps.clusters.models import Cluster
-from apps.jobs import verdicts
+from apps.demo import verdicts
 from apps.jobs.models import Job, JobMetrics
 from tests.jobs.sim_jobs import load_cluster, load_jobs
 

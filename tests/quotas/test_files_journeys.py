@@ -25,8 +25,8 @@ from apps.clusters.adapters.slurm.parse_cluster import (
 )
 from apps.clusters.adapters.slurm.types import Action
 from apps.clusters.models import Cluster, SlurmAccount, SlurmAssociation
-from apps.core import demo
 from apps.core.errors import AdapterError
+from apps.demo import loader as demo
 from apps.quotas import services
 from apps.quotas.models import Quota, QuotaChange
 

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 
 from apps.clusters.models import Cluster
-from apps.core import demo
-from apps.security import report
+from apps.demo import findings as report
+from apps.demo import loader as demo
 from apps.security.models import Finding
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]

@@ -114,7 +114,14 @@ def test_memory_is_read_at_instants_and_the_rest_averaged():
     prom = FakeProm()
     from_prometheus(prom, Catalogue(), T0, T0 + 600, 60)  # type: ignore[arg-type]
     [fb] = [q for q in prom.queries if "DCGM_FI_DEV_FB_USED" in q]
-    assert fb == "DCGM_FI_DEV_FB_USED" and "avg_over_time" not in fb
+    # the last sample within 1.5 scrapes (45 s), not Prometheus' 5-minute lookback
+    assert fb == "last_over_time(DCGM_FI_DEV_FB_USED[44999ms])" and "avg_over_time" not in fb
+    hourly = Catalogue.from_config({"scrape_interval": 3600})
+    from apps.security.adapters.telemetry import gpu_queries, node_queries
+
+    assert gpu_queries(hourly, 3600)["fb_used"] == \
+        "last_over_time(DCGM_FI_DEV_FB_USED[3599999ms])"  # one sample per hourly bucket
+    assert "[7200000ms]" in node_queries(hourly, 3600)["ib"]  # the bucket + one scrape
     averaged = [q for q in prom.queries if "DCGM_FI" in q and q != fb]
     assert len(averaged) == 5 and all(q.startswith("avg_over_time(") for q in averaged)
 

@@ -75,3 +75,16 @@ def test_detect_finds_a_secret_in_a_saved_sacct_file_on_the_scripts_line(world, 
     # the world's other jobs of the week have no saved script
     assert "(1 of 5 jobs had a script or environment)" in out.getvalue()
     assert ScriptScan.objects.get(job__job_id=int(job)).had_script
+
+
+@pytest.mark.django_db
+def test_a_scripts_folder_that_cannot_be_read_is_a_failed_source(world, tmp_path):
+    from django.core.management.base import CommandError
+
+    make_job(world.cluster, 160, world.users["bob"], world.team_a,
+             submit_time=START + timedelta(minutes=5))
+    with pytest.raises(CommandError, match="failed"):
+        call_command("detect", "--cluster", world.cluster.name, "--since", START.isoformat(),
+                     "--until", (START + timedelta(minutes=30)).isoformat(), "--scripts",
+                     str(tmp_path / "missing"), stdout=io.StringIO(), stderr=io.StringIO())
+    assert not ScriptScan.objects.exists()  # scanned again once the folder is back

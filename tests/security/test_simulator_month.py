@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from apps.security import report
+from apps.demo import findings as report
 from apps.security.models import AllowListEntry, Finding
 from apps.simulator import SimConfig, simulate
 from tests.jobs.sim_jobs import load_cluster, load_jobs

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from apps.accounts.models import Team
-from apps.core import demo
+from apps.demo import loader as demo
 from apps.slo.models import Scorecard, Snapshot
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]

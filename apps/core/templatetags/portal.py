@@ -7,6 +7,9 @@ from datetime import timedelta
 from typing import Any
 
 from django import template
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 register = template.Library()
 
@@ -97,3 +100,42 @@ def is_quota_reason(reason: str | None) -> bool:
     from apps.analysis.pending import is_quota_reason as quota
 
     return quota(reason or "")
+
+
+def _number(value: Any) -> float | None:
+    """A float from a number or numeric string; None for None, blanks and words."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@register.filter
+def percent(value: Any) -> str:
+    """A share (0.42) as a whole percent (``42%``); ``—`` when not measured.
+
+    Rounds like ``{% widthratio value 1 100 %}`` did, so pages read the same."""
+    number = _number(value)
+    return "—" if number is None else f"{round(number * 100)}%"
+
+
+@register.filter
+def percent_of(part: Any, whole: Any) -> str:
+    """``part`` as a whole percent of ``whole``; ``—`` when the whole is zero or missing."""
+    number, total = _number(part), _number(whole)
+    if number is None or not total:
+        return "—"
+    return f"{round(number / total * 100)}%"
+
+
+@register.simple_tag(takes_context=True)
+def nav_link(context: dict[str, Any], url_name: str, label: str, *also_active: str) -> str:
+    """One main-nav link, marked ``aria-current`` on its page (and on the ``also_active`` ones)."""
+    request = context.get("request")
+    match = getattr(request, "resolver_match", None)
+    current = getattr(match, "url_name", None)
+    active = current is not None and current in (url_name, *also_active)
+    return format_html('<a href="{}"{}>{}</a>', reverse(url_name),
+                       mark_safe(' aria-current="page"') if active else "", label)

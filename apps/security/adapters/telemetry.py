@@ -21,6 +21,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def from_prometheus(client: PrometheusClient, catalogue: Catalogue, start: float
     queries = {**gpu_queries(catalogue, step), **node_queries(catalogue, step)}
     for measure, expr in queries.items():
         result = read_narrowly(raw.failures, measure, expr,
-                               lambda e=expr: client.query_range(e, start + step, end, step))
+                               partial(client.query_range, expr, start + step, end, step))
         if result is None:
             continue
         raw.warnings.extend(result.warnings)
@@ -123,14 +124,29 @@ def gpu_queries(catalogue: Catalogue, step: float) -> dict[str, str]:
     name wins)."""
     cluster = _cluster(catalogue)
     window = duration(max(step - 0.001, 0.001))
+    instant = instant_window(catalogue, step)
     queries = {}
     for measure in GPU_MEASURES:
         # Memory is read at each instant, not averaged: two jobs' series at one instant then
         # mean two jobs at once (an average would also hold a job that ended mid-step).
-        template = "{sel}" if measure == INSTANT_MEASURE else "avg_over_time({sel}[{w}])"
-        queries[measure] = " or ".join(template.format(sel=selector(name, *cluster), w=window)
+        template = "last_over_time({sel}[{i}])" if measure == INSTANT_MEASURE \
+            else "avg_over_time({sel}[{w}])"
+        queries[measure] = " or ".join(template.format(sel=selector(name, *cluster), w=window,
+                                                       i=instant)
                                        for name in catalogue.metric(measure).names)
     return queries
+
+
+def instant_window(catalogue: Catalogue, step: float) -> str:
+    """What "at an instant" reads: the last sample of each series within one scrape
+    interval (and a half, for jitter), never more than a step.
+
+    Not a bare selector: that looks back Prometheus' 5-minute lookback delta, so a job
+    that ended minutes ago still "holds" the GPU where no staleness marker was written
+    (backfilled or remote-written data), and scrapes sparser than 5 minutes (hourly
+    telemetry) are missed at most instants.
+    """
+    return duration(max(min(step, 1.5 * catalogue.scrape_interval) - 0.001, 0.001))
 
 
 def _cluster(catalogue: Catalogue) -> list[Matcher]:
@@ -150,23 +166,24 @@ def node_queries(catalogue: Catalogue, step: float) -> dict[str, str]:
     ``step``: each counter name its own selector (``promql.counter_sum``), since rate()
     drops the name and a port's received and transmitted series share every other label.
 
-    ``increase`` measures count each bucket over one more scrape interval: a counter that
-    jumps between the last sample of one bucket and the first of the next is seen by
-    that bucket (``increase`` over exactly the step would miss it); a jump inside the
-    overlap may be counted by two buckets, never by none.
+    Rates and increases take each bucket plus one scrape interval: every pair of adjacent
+    samples whose later one falls in the bucket is inside it (the per-sample rates the
+    OpenMetrics path computes, bucket by bucket), and nothing older smears in. (A
+    ``4 x scrape`` window, the usual advice for graphs, spread a multi-node job's traffic
+    three hours past its end on hourly telemetry.) A counter jump inside the overlap may
+    count in two buckets, never in none.
     """
     node, cluster = catalogue.node_label, _cluster(catalogue)
-    rate_window = duration(max(step, 4 * catalogue.scrape_interval))
+    rate_window = duration(step + catalogue.scrape_interval)
     queries = {}
     for measure, (families, how) in NODE_FAMILIES.items():
         matchers = [*cluster, Matcher.not_matching("device", "lo|ib.*")] \
             if measure == "egress" else cluster
         by = [node, "device"] if measure == "ib" else [node]
-        width = duration(step + catalogue.scrape_interval) if how == "increase" \
-            else rate_window
-        queries[measure] = counter_sum(families, matchers, width, by, fn=how)
+        queries[measure] = counter_sum(families, matchers, rate_window, by, fn=how)
     idle = [Matcher.eq("mode", "idle"), *cluster]
-    cores = f"count by ({node}) ({deduplicated(selector(CPU_FAMILY, *idle))})"
+    last = f"last_over_time({selector(CPU_FAMILY, *idle)}[{instant_window(catalogue, step)}])"
+    cores = f"count by ({node}) ({deduplicated(last)})"
     queries["cpu_cores"] = cores
     queries["cpu_busy"] = f"{cores} - {counter_sum([CPU_FAMILY], idle, rate_window, [node])}"
     return queries

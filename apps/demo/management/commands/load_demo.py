@@ -1,6 +1,6 @@
 """``manage.py load_demo DIR``: import a simulator folder through the real import paths.
 
-Idempotent: loading the same folder again changes nothing. See ``apps/core/demo.py``.
+Idempotent: loading the same folder again changes nothing. See ``apps/demo/loader.py``.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from apps.core import demo
 from apps.core.errors import AdapterError
 from apps.core.progress import Progress
+from apps.demo import loader as demo
 
 
 class Command(BaseCommand):

@@ -27,8 +27,8 @@ from statistics import median
 from typing import Any
 
 from apps.analysis.guardrails import KINDS
+from apps.demo.verdicts import healthy_jobs
 from apps.guardrails.replay import Replayed
-from apps.jobs.verdicts import healthy_jobs
 
 TRUTH_KINDS: dict[str, tuple[str, ...]] = {
     "gpus_idle": ("idle_allocated_gpus", "idle_notebook"),
@@ -66,6 +66,7 @@ class GuardrailReport:
     healthy_measured: int
     false_alarms: dict[int, list[str]]
     checks: int
+    policy: dict[str, Any] = field(default_factory=dict)
 
 
 def score(truth: Mapping[str, Any], replayed: Iterable[Replayed]) -> GuardrailReport:
@@ -77,7 +78,28 @@ def score(truth: Mapping[str, Any], replayed: Iterable[Replayed]) -> GuardrailRe
     kinds = [_score(kind, seen, measured, planted) for kind in KINDS]
     alarms = {j: sorted(seen[j].alerts) for j in healthy if seen[j].alerts}
     return GuardrailReport(kinds, len(seen), len(measured), len(healthy), alarms,
-                           sum(r.checks for r in seen.values()))
+                           sum(r.checks for r in seen.values()),
+                           _policy(seen, planted, healthy))
+
+
+def _policy(seen: dict[int, Replayed], planted: dict[str, dict[int, dict[str, Any]]],
+            healthy: set[int]) -> dict[str, Any]:
+    """The idle-job policy as a dry run: jobs warned and cancelled, by what the truth says
+    of them, and the GPU-hours the cancels would have freed (to the job's real end)."""
+    def what(job_id: int) -> str:
+        kinds = sorted(t for t, jobs in planted.items() if job_id in jobs)
+        return ", ".join(kinds) or ("healthy" if job_id in healthy else "other")
+
+    out: dict[str, Any] = {"warned": {}, "cancelled": {}, "withdrawn": 0, "freed_gpu_hours": 0.0}
+    for job_id, r in seen.items():
+        steps = [s for _, s in r.policy]
+        for step, key in (("warn", "warned"), ("cancel", "cancelled")):
+            if step in steps:
+                out[key][what(job_id)] = out[key].get(what(job_id), 0) + 1
+        out["withdrawn"] += steps.count("clear")
+        if "cancel" in steps:
+            out["freed_gpu_hours"] += r.gpus * (r.end - r.policy[-1][0]) / 3600
+    return out
 
 
 def _planted(truth: Mapping[str, Any]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -100,9 +122,9 @@ def _score(kind: str, seen: dict[int, Replayed], measured: set[int],
         if kind not in replay.alerts:
             continue
         result.raised += 1
-        at, gpus, detail = replay.alerts[kind]
+        at, alert = replay.alerts[kind]
         finding = expected.get(job_id)
-        why = _wrong(kind, finding, gpus, detail, planted, job_id)
+        why = _wrong(kind, finding, alert.gpus, dict(alert.detail), planted, job_id)
         if why:
             result.wrong.append((job_id, why))
             continue
@@ -149,10 +171,21 @@ def render(report: GuardrailReport) -> str:
     lines += ["", f"healthy jobs with telemetry: {report.healthy_measured}; "
                   f"with any alert: {len(report.false_alarms)}"]
     lines += [f"  job {j}: {', '.join(kinds)}" for j, kinds in sorted(report.false_alarms.items())]
+    p = report.policy
+    if p:
+        lines += ["", "idle-job policy (dry run, defaults, no exemption): warned "
+                      f"{_counts(p['warned'])}; cancelled {_counts(p['cancelled'])}; warnings "
+                      f"withdrawn {p['withdrawn']}; GPU-hours freed {p['freed_gpu_hours']:.0f}"]
     for k in report.kinds:
         lines += [f"{k.kind}: missed job {j}" for j in k.missed[:20]]
         lines += [f"{k.kind}: wrong on job {j} ({why})" for j, why in k.wrong[:20]]
     return "\n".join(lines)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    total = sum(counts.values())
+    return f"{total} ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))})" if total \
+        else "0"
 
 
 def _pct(value: float | None) -> str:

@@ -16,7 +16,7 @@ def seed_new_rules(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0011_job_memory_peak'),
+        ('jobs', '0012_trace_gpu_idle_rule'),
     ]
 
     operations = [

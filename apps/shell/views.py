@@ -1,4 +1,4 @@
-"""The site's shell: the researcher home, the platform overview, run records, health."""
+"""The site's shell: the researcher home, the platform overview, run records, health, /metrics."""
 
 from __future__ import annotations
 
@@ -11,10 +11,13 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.generic import ListView, TemplateView
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from apps.accounts.models import Team
-from apps.accounts.permissions import ADMIN, ActionRequiredMixin
+from apps.accounts.permissions import ADMIN, ActionRequiredMixin, signed_in
+from apps.clusters.metrics import ClusterSyncCollector
 from apps.clusters.models import Cluster
+from apps.core import metrics
 from apps.core.models import TaskRun
 from apps.jobs.models import Job
 
@@ -26,7 +29,8 @@ class HomeView(ActionRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        mine = Job.objects.visible_to(self.request.user).filter(user=self.request.user)
+        user = signed_in(self.request)
+        mine = Job.objects.visible_to(user).filter(user=user)
         since = timezone.now() - timedelta(days=30)
         ctx["counts"] = mine.aggregate(
             running=Count("pk", filter=Q(state=Job.State.RUNNING)),
@@ -88,3 +92,14 @@ def database_unavailable(request: HttpRequest, error: BaseException) -> HttpResp
                             status=503, headers=retry)
     html = render_to_string("core/database_unavailable.html", {"error": type(error).__name__})
     return HttpResponse(html, status=503, headers=retry)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """Prometheus text format: this process's (or all processes') metrics plus sync lag."""
+    if not metrics.metrics_allowed(request):
+        return HttpResponse("metrics: not allowed from here (see docs/SECURITY.md)\n",
+                            status=403, content_type="text/plain")
+    body = generate_latest(metrics.process_registry())
+    database = CollectorRegistry()
+    database.register(ClusterSyncCollector())
+    return HttpResponse(body + generate_latest(database), content_type=CONTENT_TYPE_LATEST)

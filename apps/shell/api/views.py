@@ -5,9 +5,9 @@ from typing import Any
 from rest_framework import viewsets
 
 from apps.accounts.permissions import ADMIN
-from apps.core.api.serializers import TaskRunSerializer
 from apps.core.api.strict import StrictLimitOffsetPagination
 from apps.core.models import TaskRun
+from apps.shell.api.serializers import TaskRunSerializer
 
 
 class TaskRunViewSet(viewsets.ReadOnlyModelViewSet):

@@ -23,7 +23,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.clusters.models import Cluster
-from apps.security import report
+from apps.demo import findings as report
 
 
 class Command(BaseCommand):

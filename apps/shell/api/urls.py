@@ -1,6 +1,6 @@
 from rest_framework.routers import SimpleRouter
 
-from apps.core.api import views
+from apps.shell.api import views
 
 router = SimpleRouter()
 router.register("task-runs", views.TaskRunViewSet, basename="taskrun")

@@ -1,7 +1,7 @@
 """``manage.py verdict_report GROUND_TRUTH_FILE --cluster NAME``: verdicts against the truth.
 
 Prints, per planted pathology kind, the share found by the stored straggler verdicts and
-diagnoses, and the false alarms on healthy jobs (``apps/jobs/verdicts.py`` says how each is
+diagnoses, and the false alarms on healthy jobs (``apps/demo/verdicts.py`` says how each is
 matched). Run it after archiving the simulated cluster's jobs::
 
     manage.py simulate --nodes 8 --days 3 --seed 1 --out /tmp/x --telemetry-step 300
@@ -19,7 +19,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.clusters.models import Cluster
-from apps.jobs import verdicts
+from apps.demo import verdicts
 
 
 class Command(BaseCommand):
