@@ -53,6 +53,7 @@ lint: venv-dev
 	$(VENV)/bin/ruff check .
 	$(PY) manage.py check --fail-level WARNING
 	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) -m mypy apps portal
 
 ## make bench: every benchmark, written to docs/BENCHMARKS.md (BENCH_ARGS=--quick: under 5 min;
 ## BENCH_ARGS=NAME runs one; bench/README.md lists them and the services they use)

@@ -4,233 +4,36 @@ With nothing set, Beacon runs the *embedded default*: SQLite in ``data/`` and Ce
 tasks executed in-process (eager). Each variable below switches one part to a real
 service. Bad values fail at start-up with an error that names the variable; problems
 that are not fatal surface as system checks (``apps/core/checks.py``).
+
+The readers are in ``portal/env.py``, the single sign-on settings in ``portal/sso.py``.
+``python -m portal.reference`` writes docs/CONFIGURATION.md (every variable, its default and
+its effect, from this file's comments): run it after adding or changing a variable.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import parse_qsl, unquote, urlsplit
 
-from django.core.exceptions import ImproperlyConfigured
+from portal.env import (
+    database_from_url,
+    env_bool,
+    env_choice,
+    env_int,
+    env_list,
+    env_str,
+    secret_key,
+    sqlite_database,
+)
+from portal.sso import ldap_settings, oidc_settings, sso_team_groups
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-# --- Environment helpers -------------------------------------------------------------
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
-
-def env_str(name: str, default: str = "") -> str:
-    """Return ``$name``, or the contents of the file named by ``$name_FILE`` (secrets)."""
-    file_name = os.environ.get(f"{name}_FILE")
-    if file_name:
-        try:
-            return Path(file_name).read_text().strip()
-        except OSError as exc:
-            raise ImproperlyConfigured(f"{name}_FILE={file_name}: cannot read it ({exc})") from exc
-    return os.environ.get(name, default)
-
-
-def env_bool(name: str, default: bool) -> bool:
-    """Read a boolean; anything but 1/0/true/false/yes/no/on/off is an error."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ImproperlyConfigured(f"{name}={raw!r}: expected a boolean (1/0, true/false, yes/no)")
-
-
-def env_int(name: str, default: int, minimum: int | None = None) -> int:
-    """Read an integer, optionally with a lower bound."""
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={raw!r}: expected an integer") from None
-    if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name}={raw!r}: must be at least {minimum}")
-    return value
-
-
-def env_list(name: str, default: str = "") -> list[str]:
-    """Read a comma-separated list; blanks are dropped."""
-    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
-
-
-def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
-    """Read one value out of a fixed set."""
-    value = env_str(name, default).strip().lower()
-    if value not in choices:
-        raise ImproperlyConfigured(f"{name}={value!r}: expected one of {', '.join(choices)}")
-    return value
-
-
-def database_from_url(url: str) -> dict[str, object]:
-    """Turn ``postgres://user:pass@host:port/db?opt=v`` or ``sqlite:///path`` into DATABASES."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme in ("postgres", "postgresql", "pgsql"):
-        if not parts.path.strip("/"):
-            raise ImproperlyConfigured(f"DATABASE_URL={url!r}: no database name in the path")
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": unquote(parts.path.lstrip("/")),
-            "USER": unquote(parts.username or ""),
-            "PASSWORD": unquote(parts.password or ""),
-            "HOST": parts.hostname or "",
-            "PORT": str(parts.port or ""),
-            "OPTIONS": dict(parse_qsl(parts.query)),
-            "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
-            "CONN_HEALTH_CHECKS": True,
-        }
-    if scheme == "sqlite":
-        # SQLAlchemy's convention: sqlite:///relative.db, sqlite:////absolute/path.db
-        path = unquote(parts.path)[1:]
-        if not path:
-            raise ImproperlyConfigured(f"DATABASE_URL={url!r}: no file path (sqlite:////abs/path)")
-        return _sqlite(Path(path))
-    raise ImproperlyConfigured(
-        f"DATABASE_URL={url!r}: unsupported scheme {scheme!r} (use postgres:// or sqlite:///)"
-    )
-
-
-def _sqlite(path: Path) -> dict[str, object]:
-    # WAL lets the eager in-process tasks write while pages read. With WAL, synchronous=NORMAL
-    # keeps the database consistent on a crash (it may lose the last commits on power loss)
-    # and saves an fsync per commit: imports commit per job, and each fsync cost milliseconds.
-    return {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": str(path),
-        "OPTIONS": {"timeout": 20,
-                    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
-    }
-
-
-def _secret_key(data_dir: Path) -> str:
-    """SECRET_KEY from the environment, else one generated once and kept in the data folder."""
-    key = env_str("SECRET_KEY")
-    if key:
-        if len(key) < 32:
-            raise ImproperlyConfigured("SECRET_KEY: must be at least 32 characters long")
-        return key
-    key_file = data_dir / "secret_key"
-    if key_file.exists():
-        return key_file.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_urlsafe(50)
-    key_file.touch(mode=0o600)
-    key_file.write_text(key)
-    return key
-
-
-# --- SSO configuration helpers (the SSO sections below call them) ---------------------
-
-
-def sso_team_groups(raw: str) -> dict[str, list[tuple[str, str]]]:
-    """Parse ``group:team[:role],...`` (role member or lead) into group -> [(team, role)]."""
-    mapping: dict[str, list[tuple[str, str]]] = {}
-    for entry in (e.strip() for e in raw.split(",") if e.strip()):
-        parts = entry.split(":")
-        role = parts[2] if len(parts) == 3 else "member"
-        if len(parts) not in (2, 3) or not parts[0] or not parts[1] or role not in (
-                "member", "lead"):
-            raise ImproperlyConfigured(
-                f"SSO_TEAM_GROUPS: {entry!r} is not group:team or group:team:member|lead")
-        mapping.setdefault(parts[0], []).append((parts[1], role))
-    return mapping
-
-
-def ldap_settings() -> dict[str, object]:
-    """django-auth-ldap's AUTH_LDAP_* settings from LDAP_* variables (empty: LDAP is off)."""
-    uri = env_str("LDAP_SERVER_URI")
-    if not uri:
-        return {}
-    import ldap
-    from django_auth_ldap.config import (
-        GroupOfNamesType,
-        GroupOfUniqueNamesType,
-        LDAPSearch,
-        PosixGroupType,
-    )
-
-    group_types = {"groupofnames": GroupOfNamesType, "posixgroup": PosixGroupType,
-                   "groupofuniquenames": GroupOfUniqueNamesType}
-    group_type = env_choice("LDAP_GROUP_TYPE", "groupofnames", tuple(group_types))
-    timeout = env_int("LDAP_TIMEOUT", 5, minimum=1)
-    values: dict[str, object] = {
-        "AUTH_LDAP_SERVER_URI": uri,
-        "AUTH_LDAP_START_TLS": env_bool("LDAP_START_TLS", False),
-        "AUTH_LDAP_USER_ATTR_MAP": {"first_name": "givenName", "last_name": "sn",
-                                    "email": "mail"},
-        "AUTH_LDAP_GROUP_TYPE": group_types[group_type](name_attr="cn"),
-        "AUTH_LDAP_REQUIRE_GROUP": env_str("LDAP_REQUIRE_GROUP") or None,
-        "AUTH_LDAP_CONNECTION_OPTIONS": {ldap.OPT_NETWORK_TIMEOUT: timeout,
-                                         ldap.OPT_TIMEOUT: timeout},
-        "AUTH_LDAP_CACHE_TIMEOUT": 0,  # group changes apply at the next sign-in
-    }
-    template = env_str("LDAP_USER_DN_TEMPLATE")
-    if template:  # direct bind as the user, who then reads their own groups
-        values["AUTH_LDAP_USER_DN_TEMPLATE"] = template
-        values["AUTH_LDAP_BIND_AS_AUTHENTICATING_USER"] = True
-    else:  # search with a read-only service account; the library escapes %(user)s
-        values["AUTH_LDAP_BIND_DN"] = env_str("LDAP_BIND_DN")
-        values["AUTH_LDAP_BIND_PASSWORD"] = env_str("LDAP_BIND_PASSWORD")
-        values["AUTH_LDAP_USER_SEARCH"] = LDAPSearch(
-            _required("LDAP_USER_SEARCH_BASE", "or set LDAP_USER_DN_TEMPLATE"),
-            ldap.SCOPE_SUBTREE, env_str("LDAP_USER_FILTER", "(uid=%(user)s)"))
-    group_base = env_str("LDAP_GROUP_SEARCH_BASE")
-    if group_base:
-        values["AUTH_LDAP_GROUP_SEARCH"] = LDAPSearch(
-            group_base, ldap.SCOPE_SUBTREE, env_str("LDAP_GROUP_FILTER", "(objectClass=*)"))
-    return values
-
-
-def oidc_settings() -> dict[str, object]:
-    """mozilla-django-oidc's settings from OIDC_* variables (empty: OIDC is off)."""
-    client_id = env_str("OIDC_RP_CLIENT_ID")
-    if not client_id:
-        return {}
-    hint = "OIDC is on because OIDC_RP_CLIENT_ID is set"
-    return {
-        "OIDC_RP_CLIENT_ID": client_id,
-        "OIDC_RP_CLIENT_SECRET": env_str("OIDC_RP_CLIENT_SECRET"),
-        "OIDC_OP_AUTHORIZATION_ENDPOINT": _required("OIDC_OP_AUTHORIZATION_ENDPOINT", hint),
-        "OIDC_OP_TOKEN_ENDPOINT": _required("OIDC_OP_TOKEN_ENDPOINT", hint),
-        "OIDC_OP_USER_ENDPOINT": _required("OIDC_OP_USER_ENDPOINT", hint),
-        # Asymmetric signatures checked with the provider's published keys; the library's
-        # default (HS256) would accept anything signed with the client secret.
-        "OIDC_RP_SIGN_ALGO": env_choice("OIDC_RP_SIGN_ALGO", "rs256", ("rs256", "es256")).upper(),
-        "OIDC_OP_JWKS_ENDPOINT": _required("OIDC_OP_JWKS_ENDPOINT", hint),
-        "OIDC_RP_SCOPES": env_str("OIDC_RP_SCOPES", "openid email profile"),
-        "OIDC_TIMEOUT": env_int("OIDC_TIMEOUT", 10, minimum=1),  # the default waits forever
-        "OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS": env_int("OIDC_RENEW_SECONDS", 900, minimum=60),
-        "OIDC_STORE_ID_TOKEN": True,
-        "LOGIN_REDIRECT_URL_FAILURE": "/accounts/login/?sso=failed",
-    }
-
-
-def _required(name: str, hint: str) -> str:
-    value = env_str(name)
-    if not value:
-        raise ImproperlyConfigured(f"{name} is required ({hint})")
-    return value
-
 
 # --- Core ----------------------------------------------------------------------------
 
 DATA_DIR = Path(env_str("BEACON_DATA_DIR", str(BASE_DIR / "data"))).resolve()
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = _secret_key(DATA_DIR)
+SECRET_KEY = secret_key(DATA_DIR)
 SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 # Names the portal also answers to inside its deployment's network, e.g. the compose
@@ -314,7 +117,7 @@ DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": database_from_url(DATABASE_URL)}
 else:
-    DATABASES = {"default": _sqlite(DATA_DIR / "beacon.sqlite3")}
+    DATABASES = {"default": sqlite_database(DATA_DIR / "beacon.sqlite3")}
 
 # --- Auth and sessions ---------------------------------------------------------------
 
@@ -629,6 +432,7 @@ SECURITY_WEBHOOK_URL = env_str("SECURITY_WEBHOOK_URL")
 SECURITY_WEBHOOK_TIMEOUT = env_int("SECURITY_WEBHOOK_TIMEOUT", 10, minimum=1)
 # Security notifications go out only to SECURITY_NOTIFY_EMAILS, through the one e-mail
 # configuration above (EMAIL_*).
+
 # Ingest API: lines (sshd) or documents (inventory, probes) per request.
 SECURITY_INGEST_MAX_ITEMS = env_int("SECURITY_INGEST_MAX_ITEMS", 10000, minimum=1)
 # The active probe of exposed services is off unless a site opts in (docs/security-rules.md).

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.mixins import AccessMixin
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from rest_framework.permissions import SAFE_METHODS, BasePermission
@@ -51,6 +52,15 @@ def user_can(user: Any, action: str) -> bool:
         return True
     roles = set(Membership.objects.filter(user=user).values_list("role", flat=True))
     return any(action in ROLE_ACTIONS[role] for role in roles)
+
+
+def signed_in(request: HttpRequest) -> User:
+    """The user of a request that ``ActionRequiredMixin`` let through (it sends anonymous
+    users to the login page), typed as the real user the ORM lookups need."""
+    user = request.user
+    if isinstance(user, AnonymousUser):
+        raise PermissionDenied(FOR_WHOM[VIEW])
+    return user
 
 
 class ActionRequiredMixin(AccessMixin):

@@ -72,7 +72,7 @@ def set_slurm_username(user: Any, name: str) -> None:
 
 # --- SSO groups to teams and roles -------------------------------------------------------
 
-_RANK = {Membership.Role.MEMBER: 1, Membership.Role.LEAD: 2}
+_RANK: dict[str, int] = {Membership.Role.MEMBER: 1, Membership.Role.LEAD: 2}
 
 
 def roles_from_groups(groups: Iterable[str]) -> dict[str, str]:

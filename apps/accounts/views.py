@@ -14,7 +14,7 @@ from django.views.generic import DetailView, TemplateView
 
 from apps.accounts import tokens
 from apps.accounts.models import ApiToken, Contact, Membership, Team
-from apps.accounts.permissions import VIEW, ActionRequiredMixin
+from apps.accounts.permissions import VIEW, ActionRequiredMixin, signed_in
 from apps.jobs.models import Job
 
 
@@ -25,7 +25,7 @@ class MyTeamView(ActionRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        memberships = (Membership.objects.filter(user=self.request.user)
+        memberships = (Membership.objects.filter(user=signed_in(self.request))
                        .select_related("team").order_by("team__name"))
         ctx["memberships"] = memberships
         led = [m.team_id for m in memberships if m.role == Membership.Role.LEAD]
@@ -64,7 +64,7 @@ class ApiTokensView(ActionRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        ctx["tokens"] = ApiToken.objects.filter(user=self.request.user)
+        ctx["tokens"] = ApiToken.objects.filter(user=signed_in(self.request))
         ctx["api_root"] = reverse("api:root")
         return ctx
 
@@ -85,7 +85,7 @@ class ApiTokenRevokeView(ActionRequiredMixin, View):
     http_method_names = ["post"]
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
-        token = get_object_or_404(ApiToken.objects.filter(user=request.user), pk=pk)
+        token = get_object_or_404(ApiToken.objects.filter(user=signed_in(request)), pk=pk)
         tokens.revoke(token, request)
         messages.success(request, f"Token “{token.name}” revoked: it no longer works.")
         return HttpResponseRedirect(reverse("accounts-tokens"), status=303)

@@ -7,8 +7,8 @@ Each recommendation carries its evidence and the exact ``#SBATCH`` line to use n
   jobs count: a failed or cancelled run says nothing about what the work needs. Unused
   time costs no GPU-hours, but it keeps the scheduler from backfilling other jobs around
   it; its figure is the GPU-hours asked for and not used.
-- ``gpus``: a job whose GPUs partly did no work over the whole run (busy under 5 %) gets
-  the count it used, keeping the GPU type it asked for.
+- ``gpus``: a job whose GPUs did no work over the whole run (busy under 5 %) gets the
+  count it used, keeping the GPU type it asked for (none used: no GPU line at all).
 - ``mig``: a one-GPU job whose activity and peak memory fit a MIG slice gets the smallest
   slice that holds both (the GPU model's profiles below); the rest of the GPU is waste.
 - ``mem``: where the job held its nodes whole (node memory is node-shared), CPU memory
@@ -113,7 +113,7 @@ def _gres(gpu_type: str, count: int) -> str:
 
 
 def _gpus(job: FinishedJob) -> Recommendation | None:
-    if job.gpus < 2 or len(job.used) < job.gpus:
+    if job.gpus < 1 or len(job.used) < job.gpus:
         return None
     idle = [g for g in job.used if g.busy < IDLE_BUSY]
     if not idle:
@@ -121,7 +121,8 @@ def _gpus(job: FinishedJob) -> Recommendation | None:
     used = job.gpus - len(idle)
     names = ", ".join(g.gpu for g in idle[:8]) + (" ..." if len(idle) > 8 else "")
     line = (f"#SBATCH --gres={_gres(job.gpu_type, used)}" if used else
-            "no --gres=gpu line: the job did no GPU work (a CPU partition will do)")
+            "no --gres=gpu line: the job did no GPU work (run it without GPUs, or end the "
+            "session when the work stops)")
     return Recommendation(
         "gpus", line, f"--gres={_gres(job.gpu_type, job.gpus)}",
         f"{len(idle)} of its {job.gpus} GPUs did no work over the whole run ({names})",

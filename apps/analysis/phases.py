@@ -25,7 +25,7 @@ shape that ``manage.py analyze_trace --json`` prints and the API serves.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import median
 from typing import Any
@@ -298,11 +298,12 @@ def _mixed_runs(traces: Sequence[RankTrace]) -> list[str]:
     trace the same seconds; on one host, one process is one rank.
     """
     found: list[str] = []
-    for label, key in (("world size", lambda t: t.distributed and t.distributed.world_size),
-                       ("backend", lambda t: t.distributed and t.distributed.backend),
-                       ("NCCL version", lambda t: t.distributed and t.distributed.nccl_version),
-                       ("GPU model", lambda t: t.origin.device_name
-                        or " + ".join(t.origin.devices))):
+    keys: tuple[tuple[str, Callable[[RankTrace], object]], ...] = (
+        ("world size", lambda t: t.distributed and t.distributed.world_size),
+        ("backend", lambda t: t.distributed and t.distributed.backend),
+        ("NCCL version", lambda t: t.distributed and t.distributed.nccl_version),
+        ("GPU model", lambda t: t.origin.device_name or " + ".join(t.origin.devices)))
+    for label, key in keys:
         values: dict[Any, list[str]] = {}
         for trace in traces:
             if value := key(trace):

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from django.db import connection
 
 from apps.chargeback.models import Statement, StatementLine
+from apps.core.fields import column
 
 
 def insert_lines(rows: Sequence[StatementLine]) -> None:
@@ -24,7 +25,7 @@ def insert_lines(rows: Sequence[StatementLine]) -> None:
         StatementLine.objects.bulk_create(rows, batch_size=2000)
         return
     fields = [f for f in StatementLine._meta.concrete_fields if not f.primary_key]
-    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    columns = ", ".join(connection.ops.quote_name(column(f)) for f in fields)
     table = connection.ops.quote_name(StatementLine._meta.db_table)
     with connection.cursor() as cursor, connection.wrap_database_errors:
         raw = cursor.cursor  # the psycopg cursor: COPY is not in Django's cursor API
@@ -53,7 +54,7 @@ def update_totals(statements: Sequence[Statement], fields: Sequence[str]) -> Non
             statements, list(fields), batch_size=500)
         return
     opts = Statement._meta
-    cols = [connection.ops.quote_name(opts.get_field(f).column) for f in fields]
+    cols = [connection.ops.quote_name(column(opts.get_field(f))) for f in fields]
     row = "(" + ", ".join(["%s"] * (len(cols) + 1)) + ")"
     sets = ", ".join(f"{c} = v.{c}" for c in cols)
     # identifiers from the model's metadata, every value a parameter

@@ -15,19 +15,17 @@ from apps.chargeback.models import Statement
 MONTH_PATTERN = r"^2\d{3}-(0[1-9]|1[0-2])$"  # what services.parse_month accepts
 
 
-class MonthField(forms.CharField):
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs["strip"] = False  # " 2026-11" is not a month: a 400, as the schema says
-        super().__init__(**kwargs)
+class MonthField(forms.Field):
+    """Text cleaned into the month's first day; not stripped: " 2026-11" is not a month (a
+    400, as the schema says)."""
 
     def to_python(self, value: Any) -> date | None:
         from apps.chargeback.services import ChargebackError, parse_month
 
-        text = super().to_python(value)
-        if not text:
+        if value in self.empty_values:
             return None
         try:
-            return parse_month(text)
+            return parse_month(str(value))
         except ChargebackError as exc:
             raise forms.ValidationError(str(exc)) from None
 

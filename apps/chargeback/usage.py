@@ -13,7 +13,7 @@ Overlap is ``min(end, hi) - max(start, lo)`` in seconds, where a job that has no
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -105,7 +105,7 @@ def grouped_rows(jobs: QuerySet[Job], lo: datetime, hi: datetime,
     return [_group_row(row, slugs) for row in rows]
 
 
-def _group_row(row: dict[str, Any], slugs: dict[int, str]) -> GroupRow:
+def _group_row(row: Mapping[str, Any], slugs: dict[int, str]) -> GroupRow:
     hours = Hours(*((row[k] or 0.0) / 3600 for k in ("allocated", *SPLIT_PARTS)))
     return GroupRow(slugs.get(row["team_id"], ""), row["user_name"], row["partition"],
                     dict(row["gpu_types"] or {}), hours)
@@ -121,6 +121,7 @@ def job_usages(jobs: QuerySet[Job], lo: datetime, hi: datetime,
                   "metrics__allocated_gpu_hours")
             .order_by("pk"))
     for job in rows.iterator(chunk_size=2000):
+        assert job.start_time is not None  # overlapping() keeps started jobs only
         yield JobUsage(job.job_id, job.team.slug if job.team else "", job.user_name,
                        job.partition, job.gpu_equivalent, job.start_time,
                        job.end_time or now, dict(job.gpu_types or {}), _split(job))
@@ -136,7 +137,7 @@ def _split(job: Job) -> Split | None:
 
 
 def gpu_seconds_by_job(jobs: QuerySet[Job], lo: datetime, hi: datetime,
-                       now: datetime) -> Iterable[dict[str, Any]]:
+                       now: datetime) -> Iterable[Mapping[str, Any]]:
     """(job id, account, user, whole-GPU seconds in the window) per job: Beacon's side of
     the reconciliation (Slurm's ``gres/gpu`` TRES has no shards)."""
     return (overlapping(jobs, lo, hi).filter(gpus__gt=0)

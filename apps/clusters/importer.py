@@ -25,7 +25,7 @@ from typing import IO, Any, NamedTuple
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
-from django.db.models import Max, Min, OuterRef, Subquery
+from django.db.models import Field, Max, Min, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -61,7 +61,7 @@ SYNCED_FIELDS = [
 ]
 _DIGESTED = [f.attname for f in Job._meta.concrete_fields if f.name in SYNCED_FIELDS]
 _TEXT_LIMITS = {f.name: f.max_length for f in Job._meta.get_fields()
-                if getattr(f, "max_length", None) and f.name in SYNCED_FIELDS}
+                if isinstance(f, Field) and f.max_length and f.name in SYNCED_FIELDS}
 
 
 @dataclass

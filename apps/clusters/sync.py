@@ -15,9 +15,11 @@ Four services, each at its own cadence (``CELERY_BEAT_SCHEDULE``), each a TaskRu
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -428,6 +430,20 @@ def _store_association(cluster: Cluster, assoc: Any, share: Any) -> int:
 
 
 # --- GPU history from the prolog's log -------------------------------------------------
+
+
+def import_gpu_map_file(cluster: Cluster, path: str) -> dict[str, Any]:
+    """``import_gpu_map`` over a log file ("-": standard input), recorded as a TaskRun.
+
+    A file that cannot be read is an ``OSError`` (the run records it as failed).
+    """
+    with tracked_run("slurm.import_gpu_map", cluster=cluster, target=path) as run:
+        if path == "-":
+            run.stats = import_gpu_map(cluster, sys.stdin)
+        else:
+            with Path(path).open(encoding="utf-8", errors="replace") as lines:
+                run.stats = import_gpu_map(cluster, lines)
+    return run.stats
 
 
 def import_gpu_map(cluster: Cluster, lines: Iterable[str]) -> dict[str, Any]:

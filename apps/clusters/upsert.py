@@ -15,6 +15,7 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
+from apps.core.fields import column
 from apps.jobs.models import Job
 
 # Every column the importer writes; created_at is set on insert only, the rest keep defaults.
@@ -37,7 +38,7 @@ def existing_rows(cluster_id: int, job_ids: list[int], fields: Sequence[str]) ->
     if connection.vendor != "postgresql":
         return list(Job.objects.filter(cluster_id=cluster_id, job_id__in=job_ids)
                     .values_list("job_id", *fields))
-    columns = ", ".join(Job._meta.pk.column if f == "pk" else Job._meta.get_field(f).column
+    columns = ", ".join(column(Job._meta.pk if f == "pk" else Job._meta.get_field(f))
                         for f in ("job_id", *fields))
     # Identifiers come from the model's metadata, values are parameters.
     with connection.cursor() as cursor:
@@ -92,13 +93,14 @@ def _orm_upsert(rows: Sequence[Mapping[str, Any]]) -> dict[int, int]:
 
 def _defaults() -> tuple[list[str], list[Any]]:
     """Columns the importer does not write, with their model defaults (new rows need them)."""
-    names, values = [], []
+    names: list[str] = []
+    values: list[Any] = []
     now = timezone.now()
     for f in Job._meta.concrete_fields:
         if f.attname in COLUMNS or f.primary_key:
             continue
         value = now if f.name in ("created_at", "updated_at") else f.get_default()
-        names.append(f.column)
+        names.append(column(f))
         values.append(f.get_db_prep_save(value, connection))
     return names, values
 

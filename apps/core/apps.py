@@ -27,7 +27,7 @@ def _log_modes() -> None:
     from django.conf import settings
 
     db = settings.DATABASES["default"]
-    database = "postgresql" if "postgresql" in db["ENGINE"] else f"sqlite ({db['NAME']})"
+    database = "postgresql" if "postgresql" in str(db["ENGINE"]) else f"sqlite ({db['NAME']})"
     if settings.CELERY_TASK_ALWAYS_EAGER:
         celery = "eager: tasks run in-process (REDIS_URL unset)"
     else:

@@ -18,6 +18,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkProcess
 from typing import Any, TypeVar
 
 R = TypeVar("R")
@@ -110,7 +112,7 @@ def _start_keeping_stdin(child: Any) -> None:
     """Start ``child`` with standard input left open in it: multiprocessing closes the
     child's ``sys.stdin`` (unless it is None), and the stream a child reads may be that
     one (``manage.py import_sacct -``)."""
-    saved, sys.stdin = sys.stdin, None  # type: ignore[assignment]
+    saved, sys.stdin = sys.stdin, None
     try:
         child.start()
     finally:
@@ -188,7 +190,8 @@ def forked_map(fn: Callable[[T], R], items: list[T], workers: int = 2) -> Iterat
         yield from (fn(item) for item in items)
         return
     context = mp.get_context("fork")
-    pipes, children = [], []
+    pipes: list[Connection] = []
+    children: list[ForkProcess] = []
     for k in range(min(workers, len(items))):
         receive, send = context.Pipe(duplex=False)
         child = context.Process(target=_map_into, daemon=True,

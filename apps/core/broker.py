@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 BROKER_ERRORS: tuple[type[BaseException], ...] = (KombuOperationalError, OSError)
 
 
-def publish(task: Any, *args: Any, on_failure: Callable[[BaseException], None] | None = None,
+def publish(task: Any, *args: Any, on_failure: Callable[[BaseException], object] | None = None,
             **options: Any) -> bool:
     """Send ``task(*args)`` now; False, a warning and ``on_failure(exc)`` if the broker is down.
 
@@ -45,7 +45,7 @@ def publish(task: Any, *args: Any, on_failure: Callable[[BaseException], None] |
 
 
 def publish_on_commit(task: Any, *args: Any,
-                      on_failure: Callable[[BaseException], None] | None = None,
+                      on_failure: Callable[[BaseException], object] | None = None,
                       **options: Any) -> None:
     """``publish`` once the current transaction commits (at once in autocommit).
 

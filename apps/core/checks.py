@@ -47,7 +47,7 @@ def check_redis_url(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 def check_embedded_default(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """The embedded default is for a demo or one user, not for a shared deployment."""
     warnings = []
-    if "sqlite3" in settings.DATABASES["default"]["ENGINE"]:
+    if "sqlite3" in str(settings.DATABASES["default"]["ENGINE"]):
         warnings.append(Warning("DATABASE_URL is unset: running on SQLite",
                                 hint="set DATABASE_URL=postgres://...", id="core.W001"))
     if settings.CELERY_TASK_ALWAYS_EAGER:

@@ -20,3 +20,11 @@ class DocumentField(models.JSONField):
 
     def get_placeholder(self, value: Any, compiler: Any, connection: Any) -> str:
         return "%s"
+
+
+def column(field: models.Field[Any, Any] | models.ForeignObjectRel) -> str:
+    """The database column of a concrete field, for the raw SQL of the bulk writers (the
+    stubs type ``Field.column`` as optional: a relation's reverse side has none)."""
+    if isinstance(field, models.ForeignObjectRel) or field.column is None:
+        raise ValueError(f"{field} has no database column")
+    return field.column

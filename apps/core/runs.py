@@ -23,8 +23,9 @@ def tracked_run(kind: str, cluster: Model | None = None, target: str = "") -> It
     written outside any transaction of the body, so a rolled-back sync still leaves its
     failed run behind.
     """
+    # by id: apps/core does not know the clusters app's model (the floor of the layers)
     run = TaskRun.objects.create(
-        kind=kind, cluster=cluster, target=target[:200],
+        kind=kind, cluster_id=None if cluster is None else cluster.pk, target=target[:200],
         status=TaskRun.Status.RUNNING, started_at=timezone.now(),
     )
     try:

@@ -1,4 +1,4 @@
-"""Housekeeping services for the core app."""
+"""Housekeeping services for the core app; each run is recorded as a TaskRun (its own kind)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,16 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from apps.core.models import TaskRun
+from apps.core.runs import tracked_run
 
 
 def prune_task_runs(keep_days: int) -> int:
     """Delete finished run records older than ``keep_days``. Returns how many went."""
-    cutoff = timezone.now() - timedelta(days=keep_days)
-    finished = [TaskRun.Status.SUCCEEDED, TaskRun.Status.PARTIAL, TaskRun.Status.FAILED]
-    deleted, _ = TaskRun.objects.filter(created_at__lt=cutoff, status__in=finished).delete()
+    with tracked_run("prune_task_runs", target=f"older than {keep_days} days") as run:
+        cutoff = timezone.now() - timedelta(days=keep_days)
+        finished = [TaskRun.Status.SUCCEEDED, TaskRun.Status.PARTIAL, TaskRun.Status.FAILED]
+        deleted, _ = TaskRun.objects.filter(created_at__lt=cutoff, status__in=finished).delete()
+        run.stats["deleted"] = deleted
     return deleted
 
 
@@ -25,11 +28,15 @@ def sweep_stale_runs(older_than: timedelta, now: datetime | None = None) -> int:
     must exceed the longest legitimate run (``TASK_RUN_STALE_MINUTES``, well above
     Celery's time limits). One conditional UPDATE: safe to run twice or concurrently.
     """
-    now = now or timezone.now()
+    now = now or timezone.now()  # before this run's own row, which must not sweep itself
     cutoff = now - older_than
     minutes = int(older_than.total_seconds() // 60)
-    return TaskRun.objects.filter(status=TaskRun.Status.RUNNING, started_at__lt=cutoff).update(
-        status=TaskRun.Status.FAILED, finished_at=now,
-        error=f"abandoned: still running after {minutes} minutes, so its process died "
-              "before it could record an outcome (database or worker stopped); "
-              "closed by sweep_stale_runs")
+    with tracked_run("sweep_stale_runs", target=f"older than {minutes} min") as run:
+        closed = TaskRun.objects.filter(
+            status=TaskRun.Status.RUNNING, started_at__lt=cutoff).update(
+            status=TaskRun.Status.FAILED, finished_at=now,
+            error=f"abandoned: still running after {minutes} minutes, so its process died "
+                  "before it could record an outcome (database or worker stopped); "
+                  "closed by sweep_stale_runs")
+        run.stats["closed"] = closed
+    return closed

@@ -57,7 +57,9 @@ class SessionTimeoutMiddleware:
         now = time.time()
         reason = expiry_reason(request.session, now)
         if reason:
-            request.session_end_reason = reason  # read by the audit log (apps/audit/signals.py)
+            # our own attribute, read by the audit log (apps/audit/signals.py) after logout()
+            # flushed the session; the stubs' HttpRequest declares only Django's attributes
+            request.session_end_reason = reason  # type: ignore[attr-defined]
             logout(request)
             messages.info(request, "Your session has ended; please sign in again.")
         elif now - request.session[SEEN_AT] >= SEEN_RESOLUTION_S:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import plotly
 from django.contrib.staticfiles.finders import BaseFinder
@@ -26,6 +26,11 @@ class PlotlyFinder(BaseFinder):
 
     def check(self, **kwargs: Any) -> list[Any]:
         return []
+
+    @overload
+    def find(self, path: str, find_all: Literal[False] = False, **kwargs: Any) -> str: ...
+    @overload
+    def find(self, path: str, find_all: Literal[True], **kwargs: Any) -> list[str]: ...
 
     def find(self, path: str, find_all: bool = False, **kwargs: Any) -> str | list[str]:
         if path == PUBLIC_PATH and PLOTLY_JS.exists():

@@ -122,9 +122,9 @@ def _score(kind: str, seen: dict[int, Replayed], measured: set[int],
         if kind not in replay.alerts:
             continue
         result.raised += 1
-        at, gpus, detail = replay.alerts[kind]
+        at, alert = replay.alerts[kind]
         finding = expected.get(job_id)
-        why = _wrong(kind, finding, gpus, detail, planted, job_id)
+        why = _wrong(kind, finding, alert.gpus, dict(alert.detail), planted, job_id)
         if why:
             result.wrong.append((job_id, why))
             continue

@@ -1,5 +1,9 @@
-from django.contrib import admin
+from typing import Any
 
+from django.contrib import admin
+from django.http import HttpRequest
+
+from apps.accounts.permissions import signed_in
 from apps.guardrails.models import (
     Alert,
     AlertPreference,
@@ -16,9 +20,9 @@ class ExemptionAdmin(admin.ModelAdmin):
     list_display = ("kind", "value", "cluster", "reason", "granted_by", "created_at")
     list_filter = ("kind", "cluster")
 
-    def save_model(self, request, obj, form, change):  # type: ignore[no-untyped-def]
+    def save_model(self, request: HttpRequest, obj: Exemption, form: Any, change: bool) -> None:
         if obj.granted_by_id is None:
-            obj.granted_by = request.user
+            obj.granted_by = signed_in(request)
         super().save_model(request, obj, form, change)
 
 

@@ -43,10 +43,20 @@ def raise_alerts(job: Job, view: LiveJob, now: datetime, config: AlertConfig) ->
     return new
 
 
-def _alert(job: Job, r: Raised, now: datetime) -> Alert:
+def store_replayed(job: Job, raised: list[tuple[float, Raised]]) -> int:
+    """Keep what the replay of a simulated month raised on ``job`` (never sent): the demo's
+    My alerts and job pages show them. Once per job and kind, like the beat's."""
+    have = set(Alert.objects.filter(job=job).values_list("kind", flat=True))
+    rows = [_alert(job, r, datetime.fromtimestamp(t, tz=UTC), Alert.Status.SIMULATED)
+            for t, r in raised if r.kind not in have]
+    Alert.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+def _alert(job: Job, r: Raised, now: datetime, status: str | None = None) -> Alert:
     since = datetime.fromtimestamp(r.since, tz=UTC)
     started = job.start_time or since
-    status = Alert.Status.PENDING if wants(job, r.kind) else Alert.Status.OPTED_OUT
+    status = status or (Alert.Status.PENDING if wants(job, r.kind) else Alert.Status.OPTED_OUT)
     return Alert(job=job, kind=r.kind, status=status, gpus=list(r.gpus), since=since,
                  raised_at=now, hardware=r.hardware,
                  text=describe(r, local_time(job, started), local_time(job, since)),

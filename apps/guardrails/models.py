@@ -50,6 +50,7 @@ class Alert(models.Model):
         OPTED_OUT = "opted_out", "not sent: alerts are off for this user"
         NO_ADDRESS = "no_address", "not sent: no e-mail address or webhook"
         EXPIRED = "expired", "not sent: the job ended before the rate limit allowed it"
+        SIMULATED = "simulated", "not sent: replayed on a simulated cluster"
 
     job = models.ForeignKey("jobs.Job", on_delete=models.CASCADE, related_name="guardrail_alerts")
     kind = models.CharField(max_length=16, choices=Kind.choices)

@@ -166,7 +166,7 @@ def hardware_contact(job: Job) -> Contact | None:
                 .filter(Q(cluster_id=job.cluster_id) | Q(cluster__isnull=True))
                 .order_by("cluster_id", "name"))
     own = [c for c in rows if c.cluster_id == job.cluster_id]
-    return (own or rows or [None])[0]
+    return next(iter(own or rows), None)
 
 
 # --- Channels --------------------------------------------------------------------------------

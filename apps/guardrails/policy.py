@@ -67,8 +67,9 @@ def config_for(job: Job, base: PolicyConfig | None = None) -> PolicyConfig:
 
 def exemption_for(job: Job) -> str:
     """Why ``job`` is exempt ("" when it is not): its user, account, partition or itself."""
-    values = {Exemption.Kind.USER: job.user_name, Exemption.Kind.ACCOUNT: job.account,
-              Exemption.Kind.PARTITION: job.partition}
+    values: dict[str, str] = {Exemption.Kind.USER: job.user_name,
+                              Exemption.Kind.ACCOUNT: job.account,
+                              Exemption.Kind.PARTITION: job.partition}
     for row in Exemption.objects.filter(Q(cluster_id=job.cluster_id) | Q(cluster__isnull=True)):
         if row.kind == Exemption.Kind.JOB and row.value in (str(job.job_id), job.display_id):
             return f"job opt-out: {row.reason}"

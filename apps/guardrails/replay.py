@@ -22,7 +22,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from apps.analysis.guardrails import AlertConfig, all_idle_since, evaluate
+from apps.analysis.guardrails import AlertConfig, Raised, all_idle_since, evaluate
 from apps.analysis.guardrails_policy import CANCEL, CLEAR, WARN, PolicyConfig, PolicyState, decide
 from apps.analysis.timeseries import Series, Window
 from apps.clusters.adapters.telemetry import GpuInterval, JobTelemetry, plan
@@ -36,12 +36,12 @@ from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary, JobNodeM
 @dataclass
 class Replayed:
     """What the replay saw of one job: whether it had telemetry, and each alert kind's first
-    firing (epoch seconds, the GPUs named, the details)."""
+    firing (the check's time, epoch seconds, and the alert)."""
 
     job_id: int
     measured: bool = False
     checks: int = 0
-    alerts: dict[str, tuple[float, tuple[str, ...], dict[str, Any]]] = field(default_factory=dict)
+    alerts: dict[str, tuple[float, Raised]] = field(default_factory=dict)
     policy: list[tuple[float, str]] = field(default_factory=list)  # (when, step), as a dry run
     end: float = 0.0
     gpus: float = 0.0
@@ -116,7 +116,7 @@ def _replay_job(job: Job, read: JobTelemetry, window: Window, scrape: float, eve
         result.checks += 1
         for alert in evaluate(view, config):
             if alert.kind not in result.alerts:
-                result.alerts[alert.kind] = (t, alert.gpus, dict(alert.detail))
+                result.alerts[alert.kind] = (t, alert)
         step = decide(PolicyState(t, all_idle_since(view, config.idle_below), warned), policy)
         if step.action in (WARN, CLEAR, CANCEL):
             result.policy.append((t, step.action))

@@ -17,7 +17,7 @@ row per recipient and week (unique) makes a second run send nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -143,28 +143,35 @@ def send_digests(now: datetime) -> dict[str, Any]:
     monday, start, end = last_week(now)
     with tracked_run("guardrails_digest", target=str(monday)) as run:
         advice = [a for a in _advise(week_jobs(start, end)) if a.recommendations]
-        stats = {"week": str(monday), "jobs": len(advice), "user_digests": 0,
-                 "team_digests": 0}
+        stats: dict[str, Any] = {"week": str(monday), "jobs": len(advice),
+                                 "user_digests": 0, "team_digests": 0, "no_address": 0}
         by_user: dict[int, list[JobAdvice]] = {}
         for a in advice:
             if a.job.user_id and worth_telling(a):
                 by_user.setdefault(a.job.user_id, []).append(a)
         users = get_user_model().objects.in_bulk(list(by_user))
         for user_id, items in by_user.items():
-            stats["user_digests"] += _user_digest(users[user_id], items, monday, now)
+            _count(stats, "user_digests", _user_digest(users[user_id], items, monday, now))
         by_team: dict[int, list[JobAdvice]] = {}
         for a in advice:
             if a.job.team_id:
                 by_team.setdefault(a.job.team_id, []).append(a)
         for team in Team.objects.filter(pk__in=list(by_team)):
-            stats["team_digests"] += _team_digests(team, by_team[team.pk], monday, now)
+            for sent in _team_digests(team, by_team[team.pk], monday, now):
+                _count(stats, "team_digests", sent)
         run.stats = stats
     return stats
 
 
+def _count(stats: dict[str, Any], key: str, sent: bool | None) -> None:
+    """None: nothing to send (opted out, or sent before); False: no address to send to."""
+    if sent is not None:
+        stats[key if sent else "no_address"] += 1
+
+
 def _claim(kind: str, user: Any, team: Team | None, monday: date, items: Sequence[JobAdvice]
            ) -> Digest | None:
-    waste = waste_by_kind([r for a in items for r in a.recommendations])
+    waste = waste_by_kind([r for a in items for r in a.recommendations if r.kind != "mem"])
     try:
         with transaction.atomic():
             return Digest.objects.create(kind=kind, user=user, team=team, week=monday,
@@ -174,17 +181,18 @@ def _claim(kind: str, user: Any, team: Team | None, monday: date, items: Sequenc
         return None  # sent by an earlier run
 
 
-def _user_digest(user: Any, items: list[JobAdvice], monday: date, now: datetime) -> int:
+def _user_digest(user: Any, items: list[JobAdvice], monday: date,
+                 now: datetime) -> bool | None:
     pref = AlertPreference.objects.filter(user=user).first()
     if pref is not None and not pref.digest:
-        return 0
+        return None
     digest = _claim(Digest.Kind.USER, user, None, monday, items)
     if digest is None:
-        return 0
+        return None
     subject, body = user_digest_text(items, monday)
     digest.message = send_notice(Message.Kind.DIGEST, user, subject, body, now)
     digest.save(update_fields=["message"])
-    return 1
+    return digest.message is not None
 
 
 def user_digest_text(items: Sequence[JobAdvice], monday: date) -> tuple[str, str]:
@@ -207,11 +215,12 @@ def user_digest_text(items: Sequence[JobAdvice], monday: date) -> tuple[str, str
     return f"[Beacon] Right-sizing your GPU jobs: week of {monday:%Y-%m-%d}", "\n".join(lines)
 
 
-def _team_digests(team: Team, items: list[JobAdvice], monday: date, now: datetime) -> int:
+def _team_digests(team: Team, items: list[JobAdvice], monday: date,
+                  now: datetime) -> Iterator[bool]:
+    """Each lead's digest: True once sent, False when the lead has no address."""
     setting = TeamAlertSetting.objects.filter(team=team).first()
     if setting is not None and not setting.lead_digest:
-        return 0
-    sent = 0
+        return
     subject, body = team_digest_text(team, items, monday)
     for m in Membership.objects.filter(team=team, role=Membership.Role.LEAD,
                                        user__is_active=True).select_related("user"):
@@ -220,8 +229,7 @@ def _team_digests(team: Team, items: list[JobAdvice], monday: date, now: datetim
         message = send_notice(Message.Kind.TEAM_DIGEST, m.user, subject, body, now)
         Digest.objects.filter(kind=Digest.Kind.TEAM, user=m.user, team=team, week=monday) \
             .update(message=message)
-        sent += 1
-    return sent
+        yield message is not None
 
 
 def team_digest_text(team: Team, items: Sequence[JobAdvice], monday: date) -> tuple[str, str]:
@@ -243,8 +251,8 @@ def team_digest_text(team: Team, items: Sequence[JobAdvice], monday: date) -> tu
         by_user[a.job.user_name] = by_user.get(a.job.user_name, 0.0) + a.waste
     lines += ["", "By user (GPU-hours held idle or on whole GPUs a slice would serve):"]
     lines += [f"  {name}: {hours:.1f}" for name, hours in
-              sorted(by_user.items(), key=lambda kv: -kv[1])[:10]]
+              sorted(by_user.items(), key=lambda kv: -kv[1])[:10] if hours > 0] or ["  none"]
     lines += ["", "Largest jobs:"]
     lines += [f"  {a.job.display_id} ({a.job.user_name}) {a.waste:.1f} GPU-h: {job_url(a.job)}"
-              for a in sorted(items, key=lambda a: -a.waste)[:10]]
+              for a in sorted(items, key=lambda a: -a.waste)[:10] if a.waste > 0]
     return f"[Beacon] Team {team.name}: right-sizing, week of {monday:%Y-%m-%d}", "\n".join(lines)

@@ -18,7 +18,7 @@ from django.views import View
 from django.views.generic import TemplateView
 
 from apps.accounts.models import Membership, Team
-from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin, lead_team_ids
+from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin, lead_team_ids, signed_in
 from apps.audit import services as audit
 from apps.audit.models import AuditEvent
 from apps.guardrails import policy
@@ -38,7 +38,7 @@ class AlertListView(ActionRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        user = self.request.user
+        user = signed_in(self.request)
         scope = self.request.GET.get("scope", "mine")
         alerts: QuerySet[Alert] = Alert.objects.visible_to(user).select_related(
             "job", "job__cluster", "message")
@@ -60,7 +60,7 @@ class PreferenceView(ActionRequiredMixin, TemplateView):
     write_action = VIEW  # everyone edits their own choices; team forms check the lead role
 
     def _forms(self, data: Any = None) -> tuple[PreferenceForm, list[tuple[Team, Any]]]:
-        user = self.request.user
+        user = signed_in(self.request)
         pref, _ = AlertPreference.objects.get_or_create(user=user)
         own = PreferenceForm(data, instance=pref, prefix="me")
         teams = Team.objects.filter(pk__in=lead_team_ids(user))  # admins: the admin site
@@ -75,7 +75,7 @@ class PreferenceView(ActionRequiredMixin, TemplateView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
         own, team_forms = kwargs.get("forms") or self._forms()
-        memberships = Membership.objects.filter(user=self.request.user).select_related("team")
+        memberships = Membership.objects.filter(user=signed_in(self.request)).select_related("team")
         ctx.update(form=own, team_forms=team_forms, memberships=memberships)
         return ctx
 
@@ -118,7 +118,7 @@ class ExemptJobView(ActionRequiredMixin, View):
             return HttpResponseSeeOther(url)
         Exemption.objects.update_or_create(
             kind=Exemption.Kind.JOB, value=str(job.job_id), cluster=job.cluster,
-            defaults={"reason": form.cleaned_data["reason"], "granted_by": request.user})
+            defaults={"reason": form.cleaned_data["reason"], "granted_by": signed_in(request)})
         self._audit(request, job, "exemption granted", form.cleaned_data["reason"])
         return HttpResponseSeeOther(url)
 

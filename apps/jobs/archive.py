@@ -586,7 +586,8 @@ def _write(pairs: Sequence[tuple[Job, Summary]], now: datetime) -> list[JobMetri
         JobNodeMetrics.objects.filter(job__in=jobs).delete()
         JobNodeMetrics.objects.bulk_create([JobNodeMetrics(job=job, **r)
                                             for job, p in pairs for r in p.nodes])
-        out, new = [], []
+        out: list[JobMetrics] = []
+        new: list[JobMetrics] = []
         for job, p in pairs:
             metrics = locked.get(job.pk) or JobMetrics(job=job)
             status, attempts = _status(p.has_data, p.warned, p.finished,

@@ -145,7 +145,7 @@ def _contact_for(area: str, job: Job, contacts: Sequence[Contact] | None) -> Con
     fitting = [c for c in contacts if c.area == area
                and c.cluster_id in (job.cluster_id, None)]
     own = [c for c in fitting if c.cluster_id == job.cluster_id]
-    return (own or fitting or [None])[0]
+    return next(iter(own or fitting), None)
 
 
 # --- Facts ---------------------------------------------------------------------------------
@@ -338,7 +338,7 @@ def _stragglers(jobs: Sequence[Job], summaries: dict[int, list[JobMetricSummary]
     mine = [(j, summaries[j.pk]) for j in jobs if summaries.get(j.pk) and j.start_time]
     if not mine:
         return []
-    since = min(j.start_time for j, _ in mine) - timedelta(days=SLOW_ELSEWHERE_DAYS)
+    since = min(j.start_time for j, _ in mine if j.start_time) - timedelta(days=SLOW_ELSEWHERE_DAYS)
     uuids = {s.gpu_uuid for _, rows in mine for s in rows if s.gpu_uuid}
     hosts = {s.host for _, rows in mine for s in rows}
     return list(JobMetricSummary.objects.filter(

@@ -7,10 +7,9 @@ archive, verdicts and findings the job page shows, nothing fetched.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterable
 from datetime import timedelta
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from apps.jobs.models import (
     Job,
@@ -93,7 +92,7 @@ def _gpu_line(s: JobMetricSummary) -> str:
         flags.append("STRAGGLER")
     if s.xids:
         flags.append("XID " + ",".join(map(str, s.xids)))
-    if (s.thermal_share or 0) >= 0.2:
+    if s.thermal_share is not None and s.thermal_share >= 0.2:
         flags.append(f"thermal {s.thermal_share * 100:.0f}%")
     name = f"{s.host}:{s.gpu_index}"
     return (f"    {name:<12} {busy:3.0f}% / {s.useful * 100:3.0f}% / "
@@ -184,7 +183,7 @@ def _duration(seconds: float | None) -> str:
     return f"{hours:02d}:{rest // 60:02d}:{rest % 60:02d}"
 
 
-def jobs_named(job_id: str, cluster: str | None) -> Iterable[Job]:
+def jobs_named(job_id: str, cluster: str | None) -> QuerySet[Job]:
     """Jobs matching a raw or displayed id, on one cluster or any."""
     match = Q(display_id=job_id)
     if job_id.isdigit():

@@ -79,23 +79,29 @@ def metrics_card(job: Job) -> dict[str, Any]:
         node_panels=list(node_figures(metrics, nodes).items()),
         straggler=straggler_panel(metrics), nodes=nodes,
         communication=None if single else communication_share(summaries),
-        single_gpu=single, sparse=sparse_note(metrics),
+        single_gpu=single, sparse=sparse_note(metrics, job.cluster),
         hours_gap=hours_gap(job, metrics),
     )
     return card
 
 
-def sparse_note(metrics: JobMetrics) -> str:
-    """Why the charts show points: the job has few samples at the telemetry's step ("" when
-    its series are long enough to read as lines)."""
+def sparse_note(metrics: JobMetrics, cluster: Any) -> str:
+    """Why the charts show points: the job has few samples at the telemetry's interval (the
+    cluster's scrape interval when set, else the stored step); "" when its series are long
+    enough to read as lines."""
     if not 0 < metrics.points <= charts.MARKERS_UP_TO:
         return ""
-    minutes = metrics.step_s / 60
-    step = f"{minutes / 60:g} h" if minutes >= 60 and minutes % 60 == 0 else f"{minutes:g} min"
+    interval = float((cluster.metric_labels or {}).get("scrape_interval") or metrics.step_s)
     samples = "1 sample" if metrics.points == 1 else f"{metrics.points} samples"
-    return (f"The telemetry holds one sample every {step}: this job has {samples} per GPU, "
-            "drawn as points" + (" (a single reading, not a trend)." if metrics.points == 1
-                                 else "."))
+    return (f"The telemetry holds one sample every {_every(interval)}: this job has {samples} "
+            "per GPU, drawn as points" + (" (a single reading, not a trend)."
+                                          if metrics.points == 1 else "."))
+
+
+def _every(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g} h"
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
 
 
 def hours_gap(job: Job, metrics: JobMetrics) -> float:

@@ -1,15 +1,25 @@
-"""Job services called by views: refreshing a job's stored metrics (archive on demand)."""
+"""Job services: refreshing a job's stored metrics (archive on demand), and the recorded runs.
+
+The recorded runs (archive, pending archives, files backfill, diagnosis, trace import) are
+what the tasks and the command twins call: each is a TaskRun, written here and nowhere else.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from enum import StrEnum
+from pathlib import Path
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from apps.clusters.models import Cluster
 from apps.core.broker import publish_on_commit
-from apps.jobs.models import Job, JobMetrics
+from apps.core.runs import mark_partial, tracked_run
+from apps.jobs import archive, traces
+from apps.jobs.diagnosis import diagnose_job
+from apps.jobs.models import Job, JobMetrics, TraceRun
 
 # A running job's snapshot is refreshed at most this often, however many viewers poll.
 REFRESH_AFTER = timedelta(seconds=60)
@@ -75,3 +85,58 @@ def request_refresh(job: Job) -> Refresh:
 
     publish_on_commit(archive_job, job.pk, on_failure=_release)
     return outcome[0]  # inside an outer transaction the publish comes later: optimistic
+
+
+# --- Recorded runs (tasks and commands) ------------------------------------------------
+
+
+def archive_job(job: Job, source: archive.Source | None = None, *, force: bool = False,
+                attempt: Mapping[str, int] | None = None) -> JobMetrics:
+    """``archive.archive_job`` as a TaskRun; ``attempt``: the task's try and retries left."""
+    with tracked_run("archive_job", cluster=job.cluster, target=str(job)) as run:
+        run.stats = dict(attempt or {})
+        metrics = archive.archive_job(job, source, force=force)
+        run.stats.update(status=metrics.status, measure=metrics.measure,
+                         gpus=job.metric_summaries.count())
+        # a refused measure or a partial answer: the run says so, with the query
+        mark_partial(run, [str(w) for w in metrics.warnings or []])
+    return metrics
+
+
+def archive_pending() -> int:
+    """Enqueue an archive of every finished, unarchived job; returns how many."""
+    from apps.jobs.tasks import archive_job as archive_task  # tasks import this module
+
+    with tracked_run("archive_pending") as run:
+        pks = archive.pending_job_pks()
+        for pk in pks:
+            archive_task.delay_on_commit(pk)
+        run.stats = {"enqueued": len(pks)}
+    return len(pks)
+
+
+def archive_from_files(cluster: Cluster, jobs: Sequence[Job], source: archive.OpenMetricsSource, *,
+                       force: bool = False) -> list[JobMetrics]:
+    """One cluster's jobs from telemetry files in one pass (``archive.archive_many``)."""
+    with tracked_run("archive_jobs", cluster=cluster, target=f"{len(jobs)} jobs from files") as run:
+        done = archive.archive_many(jobs, source, force=force)
+        run.stats = {"jobs": len(done)}
+    return done
+
+
+def diagnose_again(jobs: QuerySet[Job]) -> dict[str, int]:
+    """Evaluate the diagnosis rules on ``jobs`` again; returns jobs and findings counted."""
+    with tracked_run("diagnose_jobs", target=f"{jobs.count()} jobs") as run:
+        fired = sum(len(diagnose_job(job)) for job in jobs.iterator(chunk_size=500))
+        stats = {"jobs": jobs.count(), "findings": fired}
+        run.stats = stats
+    return stats
+
+
+def import_trace(job: Job, paths: Sequence[Path]) -> TraceRun:
+    """``traces.import_trace`` as a TaskRun (what ``manage.py import_trace`` runs)."""
+    with tracked_run("import_trace", job.cluster, target=str(job)) as run:
+        trace_run = traces.import_trace(job, paths)
+        run.stats = {"trace_run": trace_run.pk, "ranks": trace_run.ranks.count(),
+                     "warnings": len(trace_run.warnings)}
+    return trace_run

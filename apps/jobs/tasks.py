@@ -1,4 +1,4 @@
-"""Celery tasks of the jobs app: thin, ids in, one service call, a TaskRun per run."""
+"""Celery tasks of the jobs app: thin, ids in, one service call (which records the run)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ from celery import shared_task
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
 from apps.core.retries import RETRY, RETRY_DB
-from apps.core.runs import mark_partial, tracked_run
-from apps.jobs import archive, traces
+from apps.jobs import services, traces
 from apps.jobs.models import Job
 
 
 @shared_task(bind=True, **RETRY)
-def archive_job(self, job_pk: int, force: bool = False) -> None:  # type: ignore[no-untyped-def]
+def archive_job(self, job_pk: int, force: bool = False) -> None:
     """Archive (finished) or snapshot (running) one job's GPU metrics.
 
     Each attempt is a TaskRun whose stats say which attempt it was and how many retries
@@ -21,14 +20,9 @@ def archive_job(self, job_pk: int, force: bool = False) -> None:  # type: ignore
     """
     job = Job.objects.select_related("cluster").get(pk=job_pk)
     try:
-        with tracked_run("archive_job", cluster=job.cluster, target=str(job)) as run:
-            run.stats = {"attempt": self.request.retries + 1,
-                         "retries_left": max(0, (self.max_retries or 0) - self.request.retries)}
-            metrics = archive.archive_job(job, force=force)
-            run.stats.update(status=metrics.status, measure=metrics.measure,
-                             gpus=job.metric_summaries.count())
-            # a refused measure or a partial answer: the run says so, with the query
-            mark_partial(run, [str(w) for w in metrics.warnings or []])
+        services.archive_job(job, force=force, attempt={
+            "attempt": self.request.retries + 1,
+            "retries_left": max(0, (self.max_retries or 0) - self.request.retries)})
     except AdapterError:
         # The embedded default has no worker to retry later, and the error is already on
         # the job's metrics row and the TaskRun: the page shows it and asks again.
@@ -40,11 +34,7 @@ def archive_job(self, job_pk: int, force: bool = False) -> None:  # type: ignore
 @shared_task(**RETRY_DB)
 def archive_pending() -> None:
     """The safety net behind the end-of-job hook: enqueue every finished, unarchived job."""
-    with tracked_run("archive_pending") as run:
-        pks = archive.pending_job_pks()
-        for pk in pks:
-            archive_job.delay_on_commit(pk)
-        run.stats = {"enqueued": len(pks)}
+    services.archive_pending()
 
 
 @shared_task(**RETRY_DB)

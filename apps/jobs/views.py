@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import DetailView, TemplateView
 
-from apps.accounts.permissions import VIEW, ActionRequiredMixin, lead_team_ids
+from apps.accounts.permissions import VIEW, ActionRequiredMixin, lead_team_ids, signed_in
 from apps.analysis.phases import TraceAnalysisError
 from apps.clusters.models import Cluster
 from apps.core.context_processors import simulated_banner
@@ -34,7 +34,7 @@ class JobListView(ActionRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        user = self.request.user
+        user = signed_in(self.request)
         led = lead_team_ids(user)
         scope = self.request.GET.get("scope", "mine")
         if scope not in SCOPES:

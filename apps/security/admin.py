@@ -164,9 +164,8 @@ class FindingEventInline(admin.TabularInline):
     model = FindingEvent
     extra = 0
     can_delete = False
-    fields = ["at", "actor", "action", "from_status", "to_status", "assignee", "reason",
-              "until"]
-    readonly_fields = fields
+    fields = readonly_fields = ("at", "actor", "action", "from_status", "to_status",
+                                "assignee", "reason", "until")
 
     def has_add_permission(self, request: Any, obj: Any = None) -> bool:
         return False

@@ -433,7 +433,8 @@ def _fetch_scripts(cluster: Cluster, jobs: list[Job], sources: Sources,
                    report: RunReport) -> dict[int, list[tuple[str, str]]]:
     if sources.scripts is not None:
         saved = saved_scripts.read_folder(sources.scripts)
-        found = {job.job_id: saved.texts(job.job_id, job.display_id) for job in jobs}
+        found: dict[int, list[tuple[str, str]]] = {
+            job.job_id: saved.texts(job.job_id, job.display_id) for job in jobs}
         report.sources["job scripts"] = (f"folder {sources.scripts} ("
                                          f"{sum(1 for f in found.values() if f)} of {len(jobs)} "
                                          f"jobs had a script or environment)")
@@ -453,7 +454,7 @@ def _fetch_scripts(cluster: Cluster, jobs: list[Job], sources: Sources,
         report.fail(f"job environments: {exc}")
     report.sources["job scripts"] = (f"slurm ({len(stored)} of {len(jobs)} jobs had a "
                                      f"script, {had})")
-    found: dict[int, list[tuple[str, str]]] = {}
+    found = {}
     for job in jobs:
         for source, texts in (("batch script", stored), ("environment", envs)):
             if job.display_id in texts:
@@ -477,8 +478,9 @@ def _probes(cluster: Cluster, since: datetime, until: datetime,
             report: RunReport) -> list[ProbeResult]:
     rows = list(ServiceProbe.objects.filter(cluster=cluster, observed_at__gt=since,
                                             observed_at__lte=until))
-    teams = dict(Job.objects.filter(cluster=cluster, job_id__in={r.job_id_raw for r in rows})
-                 .values_list("job_id", "team__slug"))
+    teams: dict[int | None, str | None] = dict(  # probes without a job look up None
+        Job.objects.filter(cluster=cluster, job_id__in={r.job_id_raw for r in rows})
+        .values_list("job_id", "team__slug"))
     report.sources["service probes"] = f"{len(rows)} probes" if rows else "none in window"
     return [ProbeResult(r.observed_at.timestamp(), r.node, r.port, r.status, r.auth_required,
                         r.service, r.url, r.job_id_raw, r.user_name,

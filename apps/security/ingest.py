@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.db import transaction
 from django.utils import timezone
@@ -241,7 +241,7 @@ def _probe(cluster: Cluster, item: Any, collected: datetime | None,
         user_name=_text(item.get("user"), 64))
 
 
-def _int(value: Any, low: int, high: int) -> bool:
+def _int(value: Any, low: int, high: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 

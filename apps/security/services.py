@@ -23,7 +23,7 @@ from django.utils import timezone
 from apps.clusters.models import Cluster, Partition
 from apps.core.models import TaskRun
 from apps.core.runs import mark_partial, tracked_run
-from apps.security import ingest
+from apps.security import ingest, notify
 from apps.security.adapters import telemetry
 from apps.security.detection import RunReport, Sources, detect, read_ahead
 from apps.security.models import (
@@ -246,3 +246,23 @@ def _demo_inputs(cluster: Cluster, folder: Path,
     if probes.is_file():
         out.append(("probes", ingest.ingest_probe_file(cluster, probes)))
     return out
+
+
+# --- Notifications, recorded (the tasks and ``manage.py security_digest`` call these) -----
+
+
+def notify_findings(finding_ids: list[int]) -> int:
+    """Critical findings, at once (e-mail and webhook); returns how many were told."""
+    with tracked_run("security.notify", target=f"{len(finding_ids)} critical") as run:
+        run.stats = {"notified": notify.notify_now(finding_ids)}
+    return int(run.stats["notified"])
+
+
+def send_digest() -> int:
+    """Every other new finding since the last digest, in one message; returns how many.
+
+    Recorded as a ``security.digest`` run: the next digest reports problems after this one.
+    """
+    with tracked_run("security.digest") as run:
+        run.stats = {"notified": notify.send_digest()}
+    return int(run.stats["notified"])

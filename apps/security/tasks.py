@@ -10,8 +10,7 @@ from celery import shared_task
 
 from apps.clusters.models import Cluster
 from apps.core.retries import RETRY, RETRY_DB
-from apps.core.runs import tracked_run
-from apps.security import notify, services
+from apps.security import services
 
 
 @shared_task(**RETRY)
@@ -32,12 +31,10 @@ def detect_all() -> int:
 @shared_task(**RETRY)
 def notify_findings(finding_ids: list[int]) -> None:
     """Critical findings, at once (e-mail and webhook)."""
-    with tracked_run("security.notify", target=f"{len(finding_ids)} critical") as run:
-        run.stats = {"notified": notify.notify_now(finding_ids)}
+    services.notify_findings(finding_ids)
 
 
 @shared_task(**RETRY)
 def send_digest() -> None:
     """Every other new finding since the last digest, in one message."""
-    with tracked_run("security.digest") as run:
-        run.stats = {"notified": notify.send_digest()}
+    services.send_digest()

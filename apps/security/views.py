@@ -85,7 +85,7 @@ class FindingDetailView(ActionRequiredMixin, DetailView):
                           if finding.status in sources and (user.is_staff or not admin)]
         ctx["admins"] = findings.staff_users() if user.is_staff else []
         ctx["job_visible"] = finding.job is not None and \
-            type(finding.job).objects.visible_to(user).filter(pk=finding.job_id).exists()
+            type(finding.job).objects.visible_to(user).filter(pk=finding.job.pk).exists()
         ctx["spec"] = finding.rule.spec if finding.rule else None
         return ctx
 

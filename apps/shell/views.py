@@ -14,7 +14,7 @@ from django.views.generic import ListView, TemplateView
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from apps.accounts.models import Team
-from apps.accounts.permissions import ADMIN, ActionRequiredMixin
+from apps.accounts.permissions import ADMIN, ActionRequiredMixin, signed_in
 from apps.clusters.metrics import ClusterSyncCollector
 from apps.clusters.models import Cluster
 from apps.core import metrics
@@ -29,7 +29,8 @@ class HomeView(ActionRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        mine = Job.objects.visible_to(self.request.user).filter(user=self.request.user)
+        user = signed_in(self.request)
+        mine = Job.objects.visible_to(user).filter(user=user)
         since = timezone.now() - timedelta(days=30)
         ctx["counts"] = mine.aggregate(
             running=Count("pk", filter=Q(state=Job.State.RUNNING)),

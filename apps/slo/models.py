@@ -192,7 +192,7 @@ class _Subject(models.Model):
 
     @property
     def subject_label(self) -> str:
-        if self.team_id:
+        if self.team is not None:
             return str(self.team.name)
         return "platform" if self.subject == "platform" else f"partition {self.partition}"
 
@@ -219,6 +219,13 @@ class Scorecard(_Subject):
     worst_jobs = DocumentField(default=list, blank=True)
 
     objects = _SubjectQuerySet.as_manager()
+
+    # set by the pages for their templates (apps/slo/views.py), never stored
+    shown_worst: list[dict[str, Any]]
+    hidden_worst: int
+    figure: dict[str, Any] | None
+    figure_id: str
+    open_alerts: list[Alert]
 
     class Meta:
         ordering = ["budget_remaining", "objective__order", "subject"]

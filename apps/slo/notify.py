@@ -37,7 +37,7 @@ CLAIM = timedelta(minutes=10)  # longer than a send can take (timeouts of 10 s p
 
 def wanted_kinds(card: Scorecard) -> set[str]:
     """The alert kinds this scorecard's state calls for."""
-    kinds = set()
+    kinds: set[str] = set()
     if card.total > 0 and card.budget_remaining <= 0:
         kinds.add(Alert.Kind.BREACH)
     if any(name.startswith("page-") for name in card.alerts or []):
@@ -91,7 +91,7 @@ def _open(card: Scorecard, kind: str, now: datetime) -> int:
 
 
 def scorecard_url(card: Scorecard | Alert) -> str:
-    if card.team_id:
+    if card.team is not None:
         return settings.SITE_URL + reverse("slo-team", args=[card.team.slug])
     return settings.SITE_URL + reverse("slo-list")
 

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import chain, pairwise
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.db.models import (
     Aggregate,
@@ -49,6 +49,7 @@ from django.db.models import (
     When,
     Window,
 )
+from django.db.models.expressions import Combinable
 from django.db.models.functions import (
     Cast,
     Ceil,
@@ -118,7 +119,40 @@ def _dt(value: datetime) -> Value:
 # --- Who a result is about -----------------------------------------------------------------
 
 
-def subject_expression(objective: Objective) -> Expression:
+class _Subject(TypedDict):
+    """What ``population`` annotates on the jobs (and the plugin checks lookups against)."""
+
+    subject: Any
+
+
+class _Waits(_Subject):
+    wait_s: float
+    before_s: float
+    own: int
+    pct_s: float
+
+
+class _Endings(_Subject):
+    rule: str
+
+
+class _Efficiency(_Subject):
+    s0: datetime
+    e0: datetime
+    meas: float
+    frac: float
+
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+    Subjects = QuerySet[WithAnnotations[Job, _Subject]]
+    Waits = QuerySet[WithAnnotations[Job, _Waits]]
+    Endings = QuerySet[WithAnnotations[Job, _Endings]]
+    Efficiency = QuerySet[WithAnnotations[Job, _Efficiency]]
+
+
+def subject_expression(objective: Objective) -> Combinable:
     if objective.scope == Objective.Scope.TEAM:
         return F("team_id")
     if objective.scope == Objective.Scope.PARTITION:
@@ -134,7 +168,7 @@ def subject_key(objective: Objective, value: Any) -> str:
     return "platform"
 
 
-def population(objective: Objective, jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+def population(objective: Objective, jobs: QuerySet[Job] | None = None) -> Subjects:
     """The objective's GPU jobs: allocated (a job cancelled while pending has no nodes),
     with GPUs, narrowed to its cluster, partition and team."""
     qs = (Job.objects.all() if jobs is None else jobs).filter(
@@ -150,7 +184,7 @@ def population(objective: Objective, jobs: QuerySet[Job] | None = None) -> Query
     return qs.annotate(subject=subject_expression(objective))
 
 
-def _day(expr: Expression, edges: Sequence[datetime], *, end: bool = False) -> Expression:
+def _day(expr: Combinable, edges: Sequence[datetime], *, end: bool = False) -> Expression:
     """The trend day holding instant ``expr`` (``end``: an instant on an edge belongs to the
     day before). Arithmetic for 24 h days; a CASE over local midnights for calendar months."""
     lengths = [(b - a).total_seconds() for a, b in pairwise(edges)]
@@ -204,7 +238,7 @@ OWN_Q = Q(wait_reason__in=sorted(pending.OWN_REASONS)) | Q(
 
 
 def _waits(objective: Objective, window: maths.Window,
-           jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+           jobs: QuerySet[Job] | None = None) -> Waits:
     """Started jobs with ``wait_s`` (eligible to start), ``before_s`` (submit to eligible),
     ``own`` (1: Slurm's last reason was one of the team's own limits) and ``pct_s``, the wait
     the percentiles describe: the wait for resources, or for own-limit jobs their whole wait
@@ -222,8 +256,8 @@ def _waits(objective: Objective, window: maths.Window,
 # Grouped by ``own`` as well, so the (costly) reason test runs once per job: rows with
 # own=0 are the counted jobs (their waits for resources), own=1 the jobs held by their own
 # limits (their whole wait, reported apart).
-def _wait_cells(objective: Objective, qs: QuerySet[Job],
-                target: float) -> dict[tuple[str, str, str, int], dict[str, Any]]:
+def _wait_cells(objective: Objective, qs: Waits,
+                target: float) -> dict[tuple[str, str, str, int], Mapping[str, Any]]:
     """(subject, partition, GPU bucket, own) -> jobs, on time, waited before eligible, and
     the sorted waits (``pct_s``)."""
     rows = (qs.annotate(bucket=_bucket()).values("subject", "partition", "bucket", "own")
@@ -235,7 +269,7 @@ def _wait_cells(objective: Objective, qs: QuerySet[Job],
             for r in rows}
 
 
-def _wait_figures(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _wait_figures(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One group's figures from the cells it is made of: counts added, nearest-rank
     percentiles over all their waits (sorted runs: ``sorted`` merges them in linear time)."""
     waits = sorted(chain.from_iterable(c["waits"] for c in cells))
@@ -244,7 +278,8 @@ def _wait_figures(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "p50": maths.percentile(waits, 0.5), "p90": maths.percentile(waits, 0.9)}
 
 
-def _wait_row(counted: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _wait_row(counted: Sequence[Mapping[str, Any]],
+              own: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One subject's (or breakdown row's) figures from its own=0 and own=1 cells."""
     c, o = _wait_figures(counted), _wait_figures(own)
     return {"total": c["n"], "good": c["good"], "p50": c["p50"], "p90": c["p90"],
@@ -252,7 +287,7 @@ def _wait_row(counted: Sequence[dict[str, Any]], own: Sequence[dict[str, Any]]) 
             "own_p90": o["p90"]}
 
 
-def _wait_days(objective: Objective, qs: QuerySet[Job], window: maths.Window,
+def _wait_days(objective: Objective, qs: Waits, window: maths.Window,
                edges: Sequence[datetime], target: float, out: dict[str, SubjectCounts]) -> None:
     """The counted jobs per subject and day (the trend), with the burn windows as filtered
     counts added up over the days (a parallel hash aggregate in PostgreSQL)."""
@@ -262,10 +297,11 @@ def _wait_days(objective: Objective, qs: QuerySet[Job], window: maths.Window,
         burn[f"g{s}"] = Count("pk", filter=Q(start_time__gte=start, wait_s__lte=target))
     for sc in out.values():
         sc.burn = {s: Counts(0, 0) for s in maths.BURN_WINDOWS}
-    for r in (qs.filter(own=0).annotate(day=_day(F("start_time"), edges))
-              .values("subject", "day")
-              .annotate(n=Count("pk"), good=Count("pk", filter=Q(wait_s__lte=target)), **burn)
-              .order_by()):
+    rows: Iterable[Mapping[str, Any]] = (  # Mapping: the burn columns are named at run time
+        qs.filter(own=0).annotate(day=_day(F("start_time"), edges)).values("subject", "day")
+        .annotate(n=Count("pk"), good=Count("pk", filter=Q(wait_s__lte=target)), **burn)
+        .order_by())
+    for r in rows:
         sc = out[subject_key(objective, r["subject"])]
         _add_day(sc, r["day"], Counts(r["good"], r["n"]))
         for s in maths.BURN_WINDOWS:
@@ -280,8 +316,9 @@ def queue_wait(objective: Objective, window: maths.Window, edges: Sequence[datet
     target = float((objective.wait_minutes or 0) * 60)
     qs = _waits(objective, window, jobs)
     cells = _wait_cells(objective, qs, target)
-    by_subject: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
-    by_row: dict[tuple[str, str, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+    Cells = tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]  # own=0, own=1
+    by_subject: dict[str, Cells] = {}
+    by_row: dict[tuple[str, str, str], Cells] = {}
     for (key, partition, bucket, own), cell in cells.items():
         by_subject.setdefault(key, ([], []))[own].append(cell)
         by_row.setdefault((key, partition, bucket), ([], []))[own].append(cell)
@@ -333,7 +370,7 @@ def rule_q(rule: maths.EndingRule) -> Q:
 
 
 def _endings(objective: Objective, window: maths.Window, rules: Sequence[maths.EndingRule],
-             jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+             jobs: QuerySet[Job] | None = None) -> Endings:
     whens = [When(rule_q(rule) or Q(pk__isnull=False), then=Value(rule.key)) for rule in rules]
     return (population(objective, jobs)
             .filter(end_time__gte=window.start, end_time__lt=window.observed_end)
@@ -354,9 +391,10 @@ def job_success(objective: Objective, window: maths.Window, edges: Sequence[date
     causes = {r.key: r.cause for r in rules} | {maths.UNCLASSIFIED.key: maths.Cause.EXCLUDED}
     burn = {f"n{s}": Count("pk", filter=Q(end_time__gte=start))
             for s, start in _burn_starts(window).items()}
-    rows = (_endings(objective, window, rules, jobs)
-            .annotate(day=_day(F("end_time"), edges)).values("subject", "rule", "day")
-            .annotate(n=Count("pk"), **burn).order_by())
+    rows: Iterable[Mapping[str, Any]] = (  # Mapping: the burn columns are named at run time
+        _endings(objective, window, rules, jobs)
+        .annotate(day=_day(F("end_time"), edges)).values("subject", "rule", "day")
+        .annotate(n=Count("pk"), **burn).order_by())
     n_days = len(edges) - 1
     # Burn windows are nested (each starts at or before the next shorter one), so a row with
     # nothing in the widest has nothing in any: most rows (days before the last three) skip
@@ -409,7 +447,7 @@ def worst_endings(objective: Objective, window: maths.Window,
 
 
 def _efficiency(objective: Objective, window: maths.Window,
-                jobs: QuerySet[Job] | None = None) -> QuerySet[Job]:
+                jobs: QuerySet[Job] | None = None) -> Efficiency:
     lo, now = _dt(window.start), _dt(window.observed_end)
     frac = Coalesce(F("m__useful_hours") / NullIf(F("m__allocated_gpu_hours"), Value(0.0)),
                     Value(0.0), output_field=FloatField())
@@ -432,9 +470,10 @@ def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[d
     lo = _dt(window.start)
     qs = _efficiency(objective, window, jobs).annotate(
         rs=Seconds(F("s0"), lo), re=Seconds(F("e0"), lo))
-    weights = {"a": F("gpu_equivalent"), "m": F("gpu_equivalent") * F("meas"),
-               "u": F("gpu_equivalent") * F("meas") * F("frac")}
-    sums = {}
+    weights: dict[str, Combinable] = {
+        "a": F("gpu_equivalent"), "m": F("gpu_equivalent") * F("meas"),
+        "u": F("gpu_equivalent") * F("meas") * F("frac")}
+    sums: dict[str, Sum] = {}
     for name, w in weights.items():
         sums |= {f"{name}g": Sum(w), f"{name}s": Sum(w * F("rs")), f"{name}e": Sum(w * F("re"))}
     rows = (qs.annotate(sd=_day(F("s0"), edges), ed=_day(F("e0"), edges, end=True))
@@ -457,7 +496,7 @@ def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[d
     return out
 
 
-def _efficiency_days(objective: Objective, rows: Iterable[dict[str, Any]],
+def _efficiency_days(objective: Objective, rows: Iterable[Mapping[str, Any]],
                      edges: Sequence[datetime], start: datetime,
                      ) -> tuple[dict[str, tuple[list[float], list[float]]], dict[str, float]]:
     """Each subject's (useful, measured) GPU-seconds per day and its allocated seconds,
@@ -507,9 +546,10 @@ def _efficiency_burn(objective: Objective, window: maths.Window,
         overlap = Greatest(Seconds(F("e0"), Greatest(F("s0"), _dt(start))), Value(0.0))
         sums[f"m{s}"] = Sum(F("gpu_equivalent") * F("meas") * overlap)
         sums[f"u{s}"] = Sum(F("gpu_equivalent") * F("meas") * F("frac") * overlap)
+    rows: Iterable[Mapping[str, Any]] = qs.values("subject").annotate(**sums).order_by()
     return {subject_key(objective, r["subject"]): {
         s: Counts(r[f"u{s}"] or 0.0, r[f"m{s}"] or 0.0) for s in maths.BURN_WINDOWS}
-        for r in qs.values("subject").annotate(**sums).order_by()}
+        for r in rows}
 
 
 def worst_efficiency(objective: Objective, window: maths.Window,
@@ -526,7 +566,7 @@ def worst_efficiency(objective: Objective, window: maths.Window,
 # --- Worst jobs ------------------------------------------------------------------------------
 
 
-def _top(objective: Objective, qs: QuerySet[Job], order: Any, value: str,
+def _top(objective: Objective, qs: Subjects, order: Any, value: str,
          extra: Sequence[str] = ()) -> dict[str, list[dict[str, Any]]]:
     ranked = qs.annotate(rank=Window(RowNumber(), partition_by=[F("subject")],
                                      order_by=[order.desc(), F("pk").asc()]))

@@ -94,15 +94,16 @@ def job_facts(jobs: QuerySet[Job]) -> list[maths.JobFacts]:
     """Jobs as the pure reference reads them (tests compare it with the SQL path)."""
     out = []
     for job in jobs.select_related("team", "metrics").order_by("pk"):
-        metrics = getattr(job, "metrics", None)
+        metrics: JobMetrics | None = getattr(job, "metrics", None)  # None: not archived
         measured = bool(metrics and metrics.measure and metrics.allocated_gpu_hours > 0
                         and metrics.status in JobMetrics.MEASURED)
+        useful = metrics.useful_hours / metrics.allocated_gpu_hours if metrics and measured else 0.0
         out.append(maths.JobFacts(
             job.job_id, job.team.slug if job.team else "", job.submit_time, job.state,
             job.start_time, job.end_time, job.eligible_time, job.partition,
             job.gpu_equivalent, job.node_count > 0, job.wait_reason,
             bool(metrics and ((metrics.xid_gpus or 0) > 0 or (metrics.ecc_dbe or 0) > 0)),
-            measured, metrics.useful_hours / metrics.allocated_gpu_hours if measured else 0.0,
+            measured, useful,
             job.array_job_id))
     return out
 

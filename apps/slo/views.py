@@ -55,10 +55,10 @@ def _rows(cards: list[Scorecard]) -> list[dict[str, Any]]:
     for card in cards:
         rates = card.burn_rates or {}
         url = ""
-        if card.team_id:
+        if card.team is not None:
             url = urls.setdefault(card.team.slug, reverse("slo-team", args=[card.team.slug]))
         out.append({
-            "card": card, "url": url, "who": card.team.name if card.team_id else
+            "card": card, "url": url, "who": card.team.name if card.team is not None else
             card.subject_label, "status": card.status, "status_words": status_words(card.status),
             "sli": pct(card.sli), "target": card.objective.target_text,
             "budget": pct(card.budget_remaining, 0), "negative": card.budget_remaining < 0,

@@ -3,7 +3,7 @@
 No identity provider runs on this machine, so the three HTTP calls mozilla-django-oidc
 makes (token, JWKS, userinfo) are answered here; everything else is real: the redirect
 with state and nonce, RS256 signature checking with PyJWT, claims, user creation and the
-session. Settings come from OIDC_* variables through ``portal.settings.oidc_settings``.
+session. Settings come from OIDC_* variables through ``portal.sso.oidc_settings``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from apps.accounts.models import Membership, Profile
 from apps.audit.models import AuditEvent
 from apps.jobs.models import Job
 from portal import settings as portal_settings
-from portal.settings import sso_team_groups
+from portal.sso import sso_team_groups
 
 # Imported now, while OIDC is off: portal/urls.py adds the OIDC routes only when the
 # settings say so at import time, and the permission matrix expects them absent.

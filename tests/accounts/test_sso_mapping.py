@@ -9,7 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 from apps.accounts import services
 from apps.accounts.models import Membership, Profile, Team
 from apps.jobs.models import Job
-from portal.settings import sso_team_groups
+from portal.sso import sso_team_groups
 from tests.conftest import make_job
 
 # --- Slurm names ------------------------------------------------------------------------

@@ -157,6 +157,9 @@ SIZING = [
     ("4 GPUs, 2 idle, typed gres", FinishedJob("RUNNING", 5 * H, None, 4, "h100",
                                                used(0.9, 0.9, 0.0, 0.01)),
      [("gpus", "#SBATCH --gres=gpu:h100:2")]),
+    ("one GPU that did nothing", FinishedJob("CANCELLED", 30 * H, None, 1, "a100", used(0.01)),
+     [("gpus", "no --gres=gpu line: the job did no GPU work (run it without GPUs, or end the "
+               "session when the work stops)")]),
     ("not every GPU measured: no gpus advice", FinishedJob("FAILED", 5 * H, None, 4, "",
                                                            used(0.9, 0.0)), []),
     ("one light GPU fits a 1g.10gb slice", FinishedJob("FAILED", 4 * H, None, 1, "h100",

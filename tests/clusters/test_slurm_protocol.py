@@ -1,7 +1,7 @@
 """Every Slurm backend implements the whole adapter protocol (issue 19: the demo's ``files``
 backend had no ``account_limits`` and the quota preview was a 500), checked twice: here by
-signature, and by the type checker (``slurm_client`` returns each backend as a
-``SlurmClient``, so mypy refuses a backend missing a member)."""
+signature, and by the type checker (the registry types each backend's factory as returning a
+``SlurmClient``, so mypy refuses a backend missing a member on its registry entry)."""
 
 from __future__ import annotations
 

@@ -119,3 +119,36 @@ def test_loading_again_keeps_the_rate_card_and_rewrites_the_same_drafts(loaded, 
 def loaded_folder(result: demo.LoadResult) -> Path:
     return Path(str(Job.objects.filter(cluster__name=result.cluster).first().cluster
                     .slurm_settings["dir"])).parent
+
+
+def _page(job: Job) -> str:
+    with time_machine.travel(NOW, tick=False):
+        response = _client("admin").get(reverse("jobs-detail", args=[job.cluster.name,
+                                                                     job.job_id]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_the_shortest_job_with_telemetry_has_readable_charts(loaded):
+    from apps.jobs import charts
+
+    metrics = (JobMetrics.objects.filter(status__in=JobMetrics.MEASURED, points__gt=0)
+               .select_related("job__cluster").order_by("points", "job__job_id").first())
+    assert metrics is not None and metrics.points <= charts.MARKERS_UP_TO
+    html = _page(metrics.job)
+    assert 'id="sparse-note"' in html and '"mode": "lines+markers"' in html
+    assert "one sample every 5 min" in html  # the telemetry interval this demo was made at
+
+
+def test_every_kind_of_ending_in_the_demo_is_explained(loaded):
+    ended = (Job.objects.exclude(state__in=Job.ACTIVE_STATES)
+             .order_by("state", "exit_code", "exit_signal", "job_id"))
+    seen: dict[tuple, Job] = {}
+    for job in ended:
+        seen.setdefault((job.state, job.exit_code, job.exit_signal), job)
+    assert len({state for state, _, _ in seen}) >= 5, seen.keys()
+    for (state, _, _), job in seen.items():
+        card = _page(job).split('id="ending"')[1].split("</section>")[0]
+        assert "How it ended:" in card, state
+        assert ("What to check" in card) == (state != "COMPLETED"), state
+        assert "stdout" in card  # a path, or why it is unknown

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import io
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
 from apps.guardrails.models import Alert, AlertPreference, TeamAlertSetting
 from tests.guardrails.conftest import START
 
@@ -47,3 +53,16 @@ def test_a_lead_sets_the_team_default_and_a_member_cannot(world, login):
     assert login("alice").post("/guardrails/preferences/", data).status_code == 303
     setting = TeamAlertSetting.objects.get(team=world.team_a)
     assert setting.alerts_default is False and setting.webhook_format == "mattermost"
+
+
+def test_the_commands_run_the_services(world):
+    out = io.StringIO()
+    call_command("check_guardrails", stdout=out)  # the world's cluster has no Prometheus
+    assert json.loads(out.getvalue())["jobs"] == 0
+    with pytest.raises(CommandError, match="has no Prometheus"):
+        call_command("check_guardrails", "--cluster", world.cluster.name)
+    out = io.StringIO()
+    call_command("send_digests", "--now", "2026-11-10T08:00:00Z", stdout=out)
+    assert json.loads(out.getvalue())["week"] == "2026-11-02"
+    with pytest.raises(CommandError, match="time zone"):
+        call_command("send_digests", "--now", "2026-11-10T08:00:00")

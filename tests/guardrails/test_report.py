@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
+from apps.analysis.guardrails import Raised
 from apps.demo import alerts as report
 from apps.guardrails import replay
 from apps.guardrails.live import alert_config
@@ -56,8 +57,10 @@ def test_a_wrong_straggler_gpu_is_a_false_positive():
                            "window": {"start": 0}, "details": {}}],
              "jobs": {"7": {"pathologies": ["straggler_gpu"], "failure_cause": None},
                       "8": {"pathologies": [], "failure_cause": None}}}
-    seen = [replay.Replayed(7, True, 3, {"straggler": (3600.0, ("gpu01:5",), {})}),
-            replay.Replayed(8, True, 3, {"gpus_idle": (3600.0, ("gpu02:0",), {})})]
+    seen = [replay.Replayed(7, True, 3, {"straggler": (3600.0, Raised("straggler", ("gpu01:5",),
+                                                                      0.0))}),
+            replay.Replayed(8, True, 3, {"gpus_idle": (3600.0, Raised("gpus_idle", ("gpu02:0",),
+                                                                      0.0))})]
     result = report.score(truth, seen)
     straggler = next(k for k in result.kinds if k.kind == "straggler")
     assert straggler.precision == 0 and straggler.recall == 0
@@ -77,3 +80,16 @@ def test_the_command_refuses_what_is_not_a_ground_truth(tmp_path, db):
     bad.write_text("[]")
     with pytest.raises(CommandError, match="not a simulator ground truth"):
         call_command("guardrail_report", str(bad), "--telemetry", str(tmp_path))
+
+
+def test_store_keeps_the_replayed_alerts_marked_simulated(db, world):
+    from apps.guardrails.alerts import store_replayed
+    from tests.conftest import make_job
+
+    job = make_job(world.cluster, 900, world.users["bob"], world.team_a)
+    raised = [(1_800_000_000.0, Raised("gpus_idle", ("gpu01:3",), 1_799_990_000.0,
+                                       detail={"idle_gpus": 1, "gpus": 8, "idle_hours": 2.8}))]
+    assert store_replayed(job, raised) == 1
+    assert store_replayed(job, raised) == 0  # once per job and kind
+    alert = Alert.objects.get(job=job)
+    assert alert.status == Alert.Status.SIMULATED and "1 of the job's 8 GPUs" in alert.text

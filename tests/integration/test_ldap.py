@@ -1,6 +1,6 @@
 """LDAP sign-in against a real OpenLDAP (Debian's slapd, started here on a free loopback port).
 
-The settings come from LDAP_* variables through ``portal.settings.ldap_settings``, exactly
+The settings come from LDAP_* variables through ``portal.sso.ldap_settings``, exactly
 as in production; only the server address is this test's own.
 """
 

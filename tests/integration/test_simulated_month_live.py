@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from apps.security import report
+from apps.demo import findings as report
 from apps.security.models import AllowListEntry, Finding
 from apps.simulator import SimConfig, simulate
 from tests.integration.exporters import backfill, private_prometheus

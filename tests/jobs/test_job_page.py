@@ -219,10 +219,18 @@ def test_a_one_gpu_job_never_talks_about_nvlink_or_communication(world, login):
 def test_a_short_jobs_charts_show_its_samples_as_points_and_say_why(world, login):
     job = world.jobs["bob"]
     _archive(job)
-    JobMetrics.objects.filter(job=job).update(points=1, step_s=3600.0)
+    # a 49-minute job under hourly telemetry: one point, stored at the job's own length
+    JobMetrics.objects.filter(job=job).update(points=1, step_s=49 * 60.0)
+    world.cluster.metric_labels = {"scrape_interval": 3600}
+    world.cluster.save()
     html = login("bob").get(_url(job)).content.decode()
     note = html.split('id="sparse-note">')[1].split("</p>")[0]
     assert note == ("The telemetry holds one sample every 1 h: this job has 1 sample per GPU, "
                     "drawn as points (a single reading, not a trend).")
+    world.cluster.metric_labels = {}  # no interval configured: the stored step says it
+    world.cluster.save()
+    JobMetrics.objects.filter(job=job).update(points=3, step_s=300.0)
+    html = login("bob").get(_url(job)).content.decode()
+    assert "one sample every 5 min: this job has 3 samples per GPU, drawn as points." in html
     JobMetrics.objects.filter(job=job).update(points=120, step_s=30.0)
     assert 'id="sparse-note"' not in login("bob").get(_url(job)).content.decode()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypedDict
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -13,8 +13,16 @@ from apps.chargeback.filters import MONTH_PATTERN
 from apps.chargeback.models import BillingPeriod, Rate, Statement, StatementLine
 from apps.core.api.fields import SOME_TEXT, Conflict, DecimalString, StrictText, decimal_pattern
 
-HOURS = {"max_digits": 16, "decimal_places": 4}
-MONEY = {"max_digits": 16, "decimal_places": 2}
+
+class _Digits(TypedDict):
+    """The DecimalField keywords shared by every hours (or money) field."""
+
+    max_digits: int
+    decimal_places: int
+
+
+HOURS = _Digits(max_digits=16, decimal_places=4)
+MONEY = _Digits(max_digits=16, decimal_places=2)
 
 
 class UsageLineSerializer(serializers.Serializer):

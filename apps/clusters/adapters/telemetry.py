@@ -23,6 +23,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from apps.analysis.timeseries import GpuKey, Series, Window
 from apps.clusters.adapters.catalogue import (
@@ -156,8 +157,8 @@ def fetch_nodes(client: PrometheusClient, catalogue: Catalogue, hosts: Iterable[
     rate_window = duration(max(p.step, 4 * catalogue.scrape_interval))
     failures: list[QueryFailure] = []
     for name, (expr, _unit) in catalogue.node_queries(sel, rate_window).items():
-        result = read_narrowly(failures, name, expr, lambda e=expr: client.query_range(
-            e, p.first, p.window.end, p.step))
+        result = read_narrowly(failures, name, expr, partial(
+            client.query_range, expr, p.first, p.window.end, p.step))
         if result is None:
             continue
         telemetry.warnings.extend(result.warnings)
@@ -198,8 +199,8 @@ def _fetch(client: PrometheusClient, catalogue: Catalogue, window: Window,
         # metrics fails with "vector cannot contain metrics with the same labelset".
         # A query that fails costs its measure only (read_narrowly); all of them: raised.
         expr = _windowed(catalogue.metric(measure), alternatives, p)
-        result = read_narrowly(failures, measure, expr, lambda e=expr: client.query_range(
-            e, p.first, p.window.end, p.step, stats=stats))
+        result = read_narrowly(failures, measure, expr, partial(
+            client.query_range, expr, p.first, p.window.end, p.step, stats=stats))
         if result is None:
             continue
         telemetry.warnings.extend(result.warnings)

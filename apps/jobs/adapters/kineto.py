@@ -66,7 +66,8 @@ _UNNEEDED_EVENT = re.compile(
     r'|(?:cuda_runtime|cuda_driver)"\s*,\s*"name"\s*:\s*"(?:'
     + "|".join(re.escape(n) for n in _NOT_LAUNCHES) + r')'
     r'|(?:python_function|Trace|cpu_instant_event|overhead|cuda_sync|cuda_event)"))'
-    r'[^{}]*(?:\{[^{}]*\}[^{}]*)?\},?\s*')
+    # possessive: a brace where none may be fails at once, without backtracking
+    r'[^{}]*+(?:\{[^{}]*+\}[^{}]*+)?\},?\s*')
 _MEMORY_CATS = frozenset({"gpu_memcpy", "gpu_memset"})
 _KEPT_CATS = frozenset({"user_annotation", "gpu_user_annotation", "kernel", "collective_comm",
                         *_MEMORY_CATS})
@@ -293,16 +294,16 @@ class _Parsed:
             if kept is _DROPPED:
                 self.dropped += 1
             elif kept.__class__ is TraceEvent:
-                events.append(kept)  # type: ignore[arg-type]
-                if kept.device >= 0:  # type: ignore[attr-defined]
-                    devices[kept.device] += 1  # type: ignore[attr-defined]
-                elif kept.kind is Kind.STEP:  # type: ignore[attr-defined]
+                events.append(kept)
+                if kept.device >= 0:
+                    devices[kept.device] += 1
+                elif kept.kind is Kind.STEP:
                     self.step_pids[raw.get("pid")] += 1
 
     def launch(self, raw: dict[str, Any]) -> None:
         """A CPU call that launched GPU work: when, under which ``correlation`` id."""
         args = raw.get("args")
-        correlation = args.get("correlation") if args.__class__ is dict else None  # type: ignore[union-attr]
+        correlation = args.get("correlation") if args.__class__ is dict else None
         if correlation.__class__ is not int:
             return
         ts, dur = _time(raw.get("ts")), _time(raw.get("dur", 0))

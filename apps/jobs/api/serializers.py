@@ -152,7 +152,8 @@ class ContactSerializer(serializers.Serializer):
 
 class FindingEvidenceSerializer(serializers.Serializer):
     fact = serializers.CharField()
-    label = serializers.CharField()
+    # DRF's metaclass moves declared fields off the class; the stubs see Field.label
+    label = serializers.CharField()  # type: ignore[assignment]
     shown = serializers.CharField()
     anchor = serializers.CharField(help_text="the job page section showing it (#anchor)")
 

@@ -124,6 +124,8 @@ class TraceRankPhases(models.Model):
 
     GPU_FIELDS = ("idle_ms", "compute_ms", "communication_ms", "exposed_communication_ms")
 
+    telemetry_gpu: str  # set by the job page (apps/jobs/presenters.py), never stored
+
     class Meta:
         ordering = ["trace_run", "rank"]
         constraints = [models.UniqueConstraint(fields=["trace_run", "rank"],

@@ -50,6 +50,7 @@ class QuotaAccountViewSet(viewsets.ReadOnlyModelViewSet):
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        assert page is not None  # pagination_class is set
         return self.get_paginated_response(
             self.get_serializer(services.usage_for(page), many=True).data)
 

@@ -21,6 +21,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import pairwise
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def from_prometheus(client: PrometheusClient, catalogue: Catalogue, start: float
     queries = {**gpu_queries(catalogue, step), **node_queries(catalogue, step)}
     for measure, expr in queries.items():
         result = read_narrowly(raw.failures, measure, expr,
-                               lambda e=expr: client.query_range(e, start + step, end, step))
+                               partial(client.query_range, expr, start + step, end, step))
         if result is None:
             continue
         raw.warnings.extend(result.warnings)

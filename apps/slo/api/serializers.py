@@ -42,8 +42,8 @@ class ObjectiveSerializer(serializers.ModelSerializer):
 
     def to_representation(self, instance: Objective) -> dict[str, Any]:
         data = super().to_representation(instance)
-        data["team"] = instance.team.slug if instance.team_id else None
-        data["cluster"] = instance.cluster.name if instance.cluster_id else None
+        data["team"] = instance.team.slug if instance.team is not None else None
+        data["cluster"] = instance.cluster.name if instance.cluster is not None else None
         return data
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -90,7 +90,8 @@ class _SubjectSerializer(serializers.ModelSerializer):
     slo = serializers.IntegerField(source="objective_id")
     slo_name = serializers.CharField(source="objective.name")
     sli_kind = serializers.CharField(source="objective.sli")
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True)
     sli = serializers.FloatField(allow_null=True, help_text="good / total; null: no events")
     details = serializers.DictField(help_text="the SLI's breakdown (docs/slo.md)")
 

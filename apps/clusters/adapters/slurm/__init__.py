@@ -5,7 +5,7 @@
 | ``types`` | the frozen dataclasses every backend returns and the ``SlurmClient`` protocol |
 | ``parse``, ``parse_cluster`` | pure parsers of Slurm's output (job records; the cluster) |
 | ``cli``, ``rest``, ``pyslurm``, ``files`` | the backends, one module each |
-| ``registry`` | backend name -> class, and :func:`~registry.slurm_client` to build one |
+| ``registry`` | backend name -> factory, and :func:`~registry.slurm_client` to build one |
 
 The package re-exports the types, so callers write ``from apps.clusters.adapters.slurm import
 SlurmJob``; the backends import ``types`` as a namespace (``st.SlurmJob``). Imports go one way
@@ -34,7 +34,6 @@ from apps.clusters.adapters.slurm.types import (
 
 __all__ = [
     "ACTIVE_STATES", "Action", "Association", "ExitStatus", "GpuBinding", "JobAllocation",
-    "LimitChange",
-    "QueueEntry", "RecordError", "ShareRow", "SlurmClient", "SlurmJob", "SlurmNode",
+    "LimitChange", "QueueEntry", "RecordError", "ShareRow", "SlurmClient", "SlurmJob", "SlurmNode",
     "SlurmPartition", "UsageRow", "change_time",
 ]

@@ -6,7 +6,7 @@ the methods of its backend, only when one is used), so the registry can name eve
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from apps.clusters.adapters.slurm.cli import SlurmCli
@@ -16,11 +16,14 @@ from apps.clusters.adapters.slurm.rest import SlurmRest
 from apps.clusters.adapters.slurm.types import SlurmClient
 from apps.core.errors import AdapterError
 
-BACKENDS: dict[str, type[SlurmCli | SlurmRest | SlurmPyslurm | SlurmFiles]] = {
-    "cli": SlurmCli,
-    "rest": SlurmRest,
-    "pyslurm": SlurmPyslurm,
-    "files": SlurmFiles,
+# Each entry is typed as a factory of ``SlurmClient``: a backend missing a member of the
+# protocol (or with a different signature) is a type error on its line here, which
+# ``make lint`` (mypy) and tests/clusters/test_slurm_protocol.py report.
+BACKENDS: dict[str, Callable[[Mapping[str, Any]], SlurmClient]] = {
+    "cli": SlurmCli.from_options,
+    "rest": SlurmRest.from_options,
+    "pyslurm": SlurmPyslurm.from_options,
+    "files": SlurmFiles.from_options,
 }
 
 
@@ -34,4 +37,4 @@ def slurm_client(backend: str, options: Mapping[str, Any]) -> SlurmClient:
         raise AdapterError(
             f"unknown Slurm backend {backend!r} (expected cli, rest, pyslurm or files)",
             service="slurm")
-    return BACKENDS[backend].from_options(options)
+    return BACKENDS[backend](options)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.clusters import sync
 from apps.clusters.models import Cluster
-from apps.core.runs import tracked_run
 
 
 class Command(BaseCommand):
@@ -25,16 +22,10 @@ class Command(BaseCommand):
         cluster = Cluster.objects.filter(name=opts["cluster"]).first()
         if cluster is None:
             raise CommandError(f"no cluster named {opts['cluster']!r}")
-        with tracked_run("slurm.import_gpu_map", cluster=cluster, target=opts["path"]) as run:
-            if opts["path"] == "-":
-                run.stats = sync.import_gpu_map(cluster, sys.stdin)
-            else:
-                try:
-                    with Path(opts["path"]).open(encoding="utf-8", errors="replace") as lines:
-                        run.stats = sync.import_gpu_map(cluster, lines)
-                except OSError as exc:
-                    raise CommandError(f"cannot read {opts['path']}: {exc}") from exc
-        stats = run.stats
+        try:
+            stats = sync.import_gpu_map_file(cluster, opts["path"])
+        except OSError as exc:
+            raise CommandError(f"cannot read {opts['path']}: {exc}") from exc
         self.stdout.write(f"{stats['intervals']} GPU intervals ({stats['created']} new), "
                           f"{stats['unknown_jobs']} for unknown jobs, "
                           f"{stats['problem_count']} unreadable lines")

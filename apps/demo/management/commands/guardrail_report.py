@@ -3,7 +3,8 @@
 Replays the guardrails' beat over the simulated cluster's telemetry files (every ``--every``
 seconds of each job's run, default the telemetry step) and prints, per alert kind, the
 planted jobs found, precision and recall against the ground truth, the delay, and any alert
-on a healthy job (``apps/demo/alerts.py`` says how each is matched). Read-only. After
+on a healthy job (``apps/demo/alerts.py`` says how each is matched). Read-only, unless
+``--store`` keeps the alerts (simulated clusters only; marked simulated, never sent). After
 ``manage.py demo --out DIR`` (or ``simulate`` + ``load_demo``)::
 
     manage.py guardrail_report DIR/ground_truth.json --telemetry DIR/telemetry
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,8 +24,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from apps.clusters.models import Cluster
 from apps.demo import alerts as report
 from apps.guardrails import replay
+from apps.guardrails.alerts import store_replayed
 from apps.guardrails.live import alert_config
 from apps.guardrails.policy import policy_config
+from apps.jobs.models import Job
 
 
 class Command(BaseCommand):
@@ -36,6 +40,9 @@ class Command(BaseCommand):
         parser.add_argument("--cluster", help="cluster name (default: the file's meta.cluster)")
         parser.add_argument("--every", type=float,
                             help="seconds between the beat's looks (default: the telemetry step)")
+        parser.add_argument("--store", action="store_true",
+                            help="keep the replayed alerts (marked simulated, never sent) so "
+                                 "the demo's pages show them")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         truth = _read(opts["ground_truth"])
@@ -51,9 +58,22 @@ class Command(BaseCommand):
             else datetime.now(tz=UTC)
         seen = replay.replay(cluster, opts["telemetry"], now, every, alert_config(),
                              policy_config(), progress=_progress)
+        if opts["store"]:
+            if not cluster.is_simulated:
+                raise CommandError(f"{name} is not a simulated cluster: --store refused")
+            seen = _stored(cluster, seen)
         result = report.score(truth, seen)
         sys.stderr.write("\n")
         self.stdout.write(report.render(result))
+
+
+def _stored(cluster: Cluster, seen: Iterable[replay.Replayed]) -> Iterator[replay.Replayed]:
+    """Pass each job's replay on, keeping its alerts on the way."""
+    for r in seen:
+        if r.alerts:
+            job = Job.objects.select_related("cluster").get(cluster=cluster, job_id=r.job_id)
+            store_replayed(job, list(r.alerts.values()))
+        yield r
 
 
 def _progress(done: int, total: int) -> None:

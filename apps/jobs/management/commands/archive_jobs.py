@@ -18,8 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
-from apps.core.runs import tracked_run
-from apps.jobs import archive
+from apps.jobs import archive, services
 from apps.jobs.models import Job
 
 
@@ -46,8 +45,7 @@ class Command(BaseCommand):
         for job in jobs:
             source = None
             try:
-                with tracked_run("archive_job", cluster=job.cluster, target=str(job)):
-                    metrics = archive.archive_job(job, source, force=opts["force"])
+                metrics = services.archive_job(job, source, force=opts["force"])
             except AdapterError as exc:
                 failed += 1
                 self.stderr.write(f"{job.cluster.name} {job.display_id}: {exc}")
@@ -66,10 +64,7 @@ class Command(BaseCommand):
             cluster = group[0].cluster
             source = archive.OpenMetricsSource(opts["openmetrics"], archive.catalogue_for(cluster))
             try:
-                with tracked_run("archive_jobs", cluster=cluster,
-                                 target=f"{len(group)} jobs from files") as run:
-                    done = archive.archive_many(group, source, force=opts["force"])
-                    run.stats = {"jobs": len(done)}
+                done = services.archive_from_files(cluster, group, source, force=opts["force"])
             except AdapterError as exc:
                 raise CommandError(str(exc)) from exc
             for metrics in done:

@@ -12,8 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from apps.core.runs import tracked_run
-from apps.jobs.diagnosis import diagnose_job
+from apps.jobs import services
 from apps.jobs.models import Job
 
 
@@ -27,10 +26,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         jobs = _jobs(opts)
-        with tracked_run("diagnose_jobs", target=f"{jobs.count()} jobs") as run:
-            fired = sum(len(diagnose_job(job)) for job in jobs.iterator(chunk_size=500))
-            run.stats = {"jobs": jobs.count(), "findings": fired}
-        self.stdout.write(f"{run.stats['jobs']} job(s) diagnosed: {fired} finding(s)")
+        stats = services.diagnose_again(jobs)
+        self.stdout.write(f"{stats['jobs']} job(s) diagnosed: {stats['findings']} finding(s)")
 
 
 def _jobs(opts: dict[str, Any]) -> Any:

@@ -10,9 +10,8 @@ from django.db.models import Q
 
 from apps.analysis.phases import TraceAnalysisError
 from apps.core.errors import AdapterError
-from apps.core.runs import tracked_run
 from apps.jobs.models import Job
-from apps.jobs.traces import import_trace
+from apps.jobs.services import import_trace
 
 
 class Command(BaseCommand):
@@ -27,10 +26,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         job = _job(options["cluster"], options["job_id"])
         try:
-            with tracked_run("import_trace", job.cluster, target=str(job)) as run:
-                trace_run = import_trace(job, options["paths"])
-                run.stats = {"trace_run": trace_run.pk, "ranks": trace_run.ranks.count(),
-                             "warnings": len(trace_run.warnings)}
+            trace_run = import_trace(job, options["paths"])
         except (AdapterError, TraceAnalysisError) as exc:
             raise CommandError(str(exc)) from exc
         for warning in trace_run.warnings:
