@@ -25,6 +25,7 @@ from django.views.generic import TemplateView
 from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin
 from apps.analysis.chargeback import Policy
 from apps.chargeback import charts, reconciliation, services
+from apps.chargeback.forms import AdjustmentForm
 from apps.chargeback.models import BillingPeriod, Rate, Reconciliation, Statement
 from apps.clusters import services as cluster_services
 from apps.clusters.models import Cluster
@@ -211,9 +212,12 @@ class AdjustView(_AdminPost):
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         statement = _visible_statement(request, pk)
         where = reverse("chargeback-statement", args=[pk])
+        form = AdjustmentForm(request.POST)
+        if not form.is_valid():
+            return self.done(request, None, ValueError(form.first_error()), where)
         try:
-            services.add_adjustment(statement, request.user, request.POST.get("amount", ""),
-                                    request.POST.get("description", ""))
+            services.add_adjustment(statement, request.user, form.cleaned_data["amount"],
+                                    form.cleaned_data["description"])
         except services.ChargebackError as exc:
             return self.done(request, None, exc, where)
         return self.done(request, "Adjustment added.", None, where)

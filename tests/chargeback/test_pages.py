@@ -215,3 +215,15 @@ def test_admins_add_and_edit_rates_on_the_rate_card_and_drafts_follow(
     assert bad.status_code == 400
     assert "must be after valid_from" in bad.content.decode()
     assert login("alice").get(reverse("chargeback-rates")).status_code == 403
+
+
+@pytest.mark.parametrize(("amount", "message"), [
+    ("abc", "the amount is not a number"), ("", "an adjustment needs an amount"),
+    ("1.005", "more than two decimals"),
+])
+def test_a_bad_adjustment_through_the_page_is_refused_with_words(drafts, login, amount, message):
+    nlp = drafts["nlp"]
+    page = login("staff").post(reverse("chargeback-adjust", args=[nlp.pk]),
+                               {"amount": amount, "description": "x"}, follow=True)
+    assert message in page.content.decode()
+    assert not nlp.lines.filter(kind="adjustment").exists()

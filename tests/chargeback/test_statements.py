@@ -129,7 +129,7 @@ def test_a_final_statement_survives_later_refreshes_and_new_jobs(world, rates):
 
 def test_a_correction_is_an_adjustment_line_that_moves_only_the_total_due(world, rates):
     final = _final(world)
-    services.add_adjustment(final, world.users["staff"], "-12.50", "GPU gpu01:3 was faulty")
+    services.add_adjustment(final, world.users["staff"], D("-12.50"), "GPU gpu01:3 was faulty")
     final.refresh_from_db()
     assert (final.amount, final.adjustments_total, final.total_due) == (
         D("72.00"), D("-12.50"), D("59.50"))
@@ -138,8 +138,8 @@ def test_a_correction_is_an_adjustment_line_that_moves_only_the_total_due(world,
 
 
 @pytest.mark.parametrize(("amount", "description", "message"), [
-    ("0", "x", "non-zero"), ("abc", "x", "not a number"), ("1.005", "x", "two decimals"),
-    ("5", "  ", "needs a reason"), ("1e13", "x", "below"),
+    (D("0"), "x", "non-zero"), (D("NaN"), "x", "non-zero"), (D("1.005"), "x", "two decimals"),
+    (D("5"), "  ", "needs a reason"), (D("1e13"), "x", "below"),
 ])
 def test_bad_adjustments_are_refused(world, rates, amount, description, message):
     final = _final(world)
