@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django import forms
+
+from apps.analysis.chargeback import Policy
 
 
 class AdjustmentForm(forms.Form):
@@ -16,3 +20,21 @@ class AdjustmentForm(forms.Form):
     def first_error(self) -> str:
         """One line for the page's message (the form itself is not re-rendered)."""
         return next(str(e) for errors in self.errors.values() for e in errors)
+
+
+class TermsForm(forms.Form):
+    """A month's policy and waste fee (the fee's 0..1 range is checked by ``cb.Terms``)."""
+
+    policy = forms.ChoiceField(choices=[(p.value, p.value) for p in Policy],
+                               error_messages={"invalid_choice": "unknown policy %(value)s"})
+    waste_fee = forms.DecimalField(required=False,
+                                   error_messages={"invalid": "the waste fee is not a number"})
+
+    def clean_policy(self) -> Policy:
+        return Policy(self.cleaned_data["policy"])
+
+    def clean_waste_fee(self) -> Decimal:
+        fee = self.cleaned_data["waste_fee"]
+        return Decimal("0") if fee is None else fee
+
+    first_error = AdjustmentForm.first_error

@@ -267,11 +267,11 @@ def _amount(value: Decimal) -> Decimal:
     return value
 
 
-def set_terms(month: date, policy: str, waste_fee: str | Decimal, user: Any) -> BillingPeriod:
+def set_terms(month: date, policy: cb.Policy, waste_fee: Decimal, user: Any) -> BillingPeriod:
     """Pick a month's policy and waste fee; refused once a statement of the month is final."""
     try:
-        terms = cb.Terms(cb.Policy(policy), Decimal(str(waste_fee)))
-    except (ValueError, InvalidOperation) as exc:
+        terms = cb.Terms(policy, waste_fee)
+    except ValueError as exc:
         raise ChargebackError(f"policy {policy!r} / waste fee {waste_fee!r}: {exc}") from None
     with transaction.atomic():
         period = BillingPeriod.objects.select_for_update().get(pk=period_row(month).pk)
