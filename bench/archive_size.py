@@ -183,7 +183,7 @@ def main(quick: bool) -> Result:
 
 
 def _result(quick: bool, sample: int, n_jobs: int, run: dict[str, Any]) -> Result:
-    from apps.jobs.archive import GPU_CHANNELS, NODE_CHANNELS
+    from apps.jobs.archive_rows import GPU_CHANNELS, NODE_CHANNELS
 
     gpu_jobs = n_jobs * GPUS
     sizes = run["sizes"]

@@ -270,7 +270,7 @@ def _measure(repeats: int) -> dict[str, Any]:
     from apps.analysis.timeseries import Window
     from apps.clusters.adapters.catalogue import Catalogue
     from apps.clusters.adapters.prometheus import PrometheusClient
-    from apps.jobs.archive import PrometheusSource
+    from apps.jobs.archive_sources import PrometheusSource
 
     window = Window(T0, T0 + HOURS * 3600)
     recorder = _Recorder()

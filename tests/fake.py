@@ -27,6 +27,7 @@ from apps.clusters.adapters.slurm import (
     SlurmNode,
     SlurmPartition,
     UsageRow,
+    parse_gpus,
 )
 from apps.clusters.adapters.slurm import parse as slurm_parse
 from apps.clusters.adapters.slurm import parse_cluster as slurm_parse_cluster
@@ -83,7 +84,7 @@ class FakeSlurm:
             exits=slurm_parse.parse_exit_codes((FIXTURES / "sacct_exitcodes.txt").read_text()),
             live=[e for e in slurm_parse.parse_squeue_json(squeue)
                   if e.state in ("PENDING", "RUNNING")],
-            bindings=slurm_parse.bindings_from_squeue(squeue),
+            bindings=parse_gpus.bindings_from_squeue(squeue),
             node_list=slurm_parse_cluster.parse_sinfo_json(
                 json.loads((FIXTURES / "sinfo.json").read_text())),
             partition_list=slurm_parse_cluster.parse_scontrol_partitions(

@@ -34,7 +34,7 @@ from apps.clusters.adapters.slurm import (
     QueueEntry,
     SlurmClient,
 )
-from apps.clusters.adapters.slurm.parse import parse_gpu_map_log
+from apps.clusters.adapters.slurm.parse_gpus import parse_gpu_map_log
 from apps.clusters.importer import ImportResult, JobImporter
 from apps.clusters.models import Cluster, Node, Partition, SlurmAssociation
 from apps.core.broker import publish_on_commit

@@ -17,42 +17,37 @@ Guarantees:
 - **failures leave data alone**: an error is recorded on the ``JobMetrics`` row
   (``last_error``) and re-raised; a ``TransientAdapterError`` (Prometheus down or slow)
   makes the Celery task retry later.
+
+Where the telemetry comes from is ``archive_sources.py``; how results become stored rows,
+``archive_rows.py``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any, Protocol
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from apps.analysis import compact
-from apps.analysis.efficiency import GpuSummary, JobEfficiency, summarise_job
+from apps.analysis.efficiency import JobEfficiency, summarise_job
 from apps.analysis.health import GpuHealth, NodeHealth, gpu_health, node_health
 from apps.analysis.stragglers import GpuSignals, StragglerVerdict, detect
-from apps.analysis.timeseries import GpuKey, Series, Window, regrid
-from apps.clusters import services as cluster_services
-from apps.clusters.adapters.catalogue import Catalogue, CatalogueError
-from apps.clusters.adapters.prometheus import PrometheusClient
-from apps.clusters.adapters.telemetry import (
-    GpuInterval,
-    JobTelemetry,
-    fetch_by_host,
-    fetch_by_label,
-    fetch_nodes,
-    plan,
-)
-from apps.clusters.models import Cluster
-from apps.core.batch import forked, forked_map
+from apps.analysis.timeseries import GpuKey, Window
+from apps.clusters.adapters.telemetry import GpuInterval, JobTelemetry
+from apps.core.batch import forked
 from apps.core.errors import AdapterError
-from apps.jobs.adapters.openmetrics import JobRequest, JobSeries, first_timestamp, jobs_series
+from apps.jobs import archive_rows
+from apps.jobs.archive_sources import OpenMetricsSource, Source, prometheus_source
+from apps.jobs.archive_sources import (  # the archive's sources, as callers know them
+    PrometheusSource as PrometheusSource,
+)
+from apps.jobs.archive_sources import catalogue_for as catalogue_for
 from apps.jobs.diagnosis import RuleSet, diagnose_job, diagnose_many
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary, JobNodeMetrics
 
@@ -63,203 +58,6 @@ log = logging.getLogger(__name__)
 # store that stays broken must not keep a job pending for ever).
 PARTIAL_ATTEMPTS = 4
 PARTIAL_RETRY_AFTER = timedelta(minutes=15)
-
-
-class Source(Protocol):
-    """Where a job's telemetry comes from (Prometheus, or an OpenMetrics file)."""
-
-    name: str
-
-    def fetch(self, job_id: str, window: Window,
-              intervals: Sequence[GpuInterval]) -> JobTelemetry: ...
-
-
-@dataclass
-class PrometheusSource:
-    """The cluster's Prometheus: bind by ``hpc_job`` label, else by held (host, GPU)."""
-
-    client: PrometheusClient
-    catalogue: Catalogue
-    name: str = "prometheus"
-
-    def fetch(self, job_id: str, window: Window,
-              intervals: Sequence[GpuInterval]) -> JobTelemetry:
-        telemetry = fetch_by_label(self.client, self.catalogue, job_id, window)
-        if not telemetry.gpus and intervals:
-            telemetry = fetch_by_host(self.client, self.catalogue, intervals, window)
-        fetch_nodes(self.client, self.catalogue, {k.host for k in telemetry.gpus}, telemetry)
-        return telemetry
-
-
-@dataclass
-class OpenMetricsSource:
-    """Telemetry files in OpenMetrics text (the simulator's output, an export).
-
-    ``paths`` are files or folders of files, one per time window as promtool backfills
-    them (``telemetry/<start>.om``); only the files whose time range meets the job's window
-    are read. A file's range runs from its first sample to the next file's first sample.
-    """
-
-    paths: Sequence[Path]
-    catalogue: Catalogue
-    name: str = "openmetrics"
-    _cached_ranges: list[tuple[float, float, Path]] | None = field(default=None, repr=False)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.paths, str | Path):  # one file or folder given on its own
-            self.paths = [Path(self.paths)]
-
-    def fetch(self, job_id: str, window: Window,
-              intervals: Sequence[GpuInterval]) -> JobTelemetry:
-        return self.fetch_many([(job_id, window, intervals)])[job_id]
-
-    def fetch_many(self, jobs: Sequence[tuple[str, Window, Sequence[GpuInterval]]]
-                   ) -> dict[str, JobTelemetry]:
-        """Several jobs at once, reading each file once (bound by label, else by held GPUs).
-
-        Memory grows with the kept samples: pass jobs in batches (``archive_many`` does).
-        """
-        requests = [JobRequest(job_id, window, True,
-                               tuple((i.key, i.start, i.end) for i in intervals))
-                    for job_id, window, intervals in jobs]
-        union = Window(min(w.start for _, w, _ in jobs), max(w.end for _, w, _ in jobs)) \
-            if jobs else Window(0, 0)
-        read: dict[str, JobSeries] = {r.job_id: JobSeries({}, {}) for r in requests}
-        for path in self.files_for(union):
-            for job_id, part in self._read(path, requests).items():
-                read[job_id] = _merged(read[job_id], part)
-        return {job_id: self._telemetry(window, read[job_id])
-                for job_id, window, _ in jobs}
-
-    def stream(self, jobs: Sequence[tuple[str, Window, Sequence[GpuInterval]]]
-               ) -> Iterator[tuple[str, JobTelemetry]]:
-        """Telemetry of many jobs in one pass over the files in time order.
-
-        Each file is read once, for the jobs whose window meets it; a job is handed over
-        as soon as the files have passed its window, so memory holds the samples of the
-        jobs still open (those running at the current file's time), not of all of them.
-        Which jobs a file is read for depends on their windows only, so the files are
-        read by two forked children (``forked_map``) while this process merges.
-        """
-        plan = self._plan(jobs)
-        parts = forked_map(self._read_planned, [(path, requests) for path, requests, _ in plan])
-        read: dict[str, JobSeries] = {}
-        windows = {job_id: window for job_id, window, _ in jobs}
-        for (_, requests, closing), part in zip(plan, parts, strict=True):
-            for r in requests:
-                read.setdefault(r.job_id, JobSeries({}, {}))
-            for job_id, series in part.items():
-                read[job_id] = _merged(read[job_id], series)
-            for job_id in closing:
-                yield job_id, self._telemetry(windows[job_id],
-                                              read.pop(job_id, JobSeries({}, {})))
-
-    def _plan(self, jobs: Sequence[tuple[str, Window, Sequence[GpuInterval]]]
-              ) -> list[tuple[Path | None, list[JobRequest], list[str]]]:
-        """Per file in time order: the jobs to read it for, and the jobs that close after
-        it (their windows end before the next file). A last row without a file closes the
-        jobs the files never reached or never passed."""
-        waiting = sorted(jobs, key=lambda j: j[1].start)
-        open_: dict[str, JobRequest] = {}
-        plan: list[tuple[Path | None, list[JobRequest], list[str]]] = []
-        for start, end, path in self._ranges():
-            while waiting and waiting[0][1].start - self.catalogue.scrape_interval < end:
-                job_id, window, intervals = waiting.pop(0)
-                open_[job_id] = JobRequest(job_id, window, True, tuple(
-                    (i.key, i.start, i.end) for i in intervals))
-            requests = [r for r in open_.values() if start <= r.window.end]
-            closing = [j for j, r in open_.items() if r.window.end < end]
-            for job_id in closing:
-                del open_[job_id]
-            plan.append((path, requests, closing))
-        plan.append((None, [], [job_id for job_id, _, _ in waiting] + list(open_)))
-        return plan
-
-    def _read_planned(self, item: tuple[Path | None, list[JobRequest]]) -> dict[str, JobSeries]:
-        path, requests = item
-        return self._read(path, requests) if path is not None else {}
-
-    def _telemetry(self, window: Window, read: JobSeries) -> JobTelemetry:
-        result = JobTelemetry(plan(window, self.catalogue.scrape_interval), read.binding)
-        result.gpus, result.nodes = read.gpus, read.nodes
-        return result
-
-    def files_for(self, window: Window) -> list[Path]:
-        """The files whose time range overlaps ``window`` (all of them when one file)."""
-        return [path for start, end, path in self._ranges()
-                if start <= window.end and end > window.start - self.catalogue.scrape_interval]
-
-    def _ranges(self) -> list[tuple[float, float, Path]]:
-        """``(first sample, next file's first sample, path)``, read once per source."""
-        if self._cached_ranges is None:
-            starts = sorted((start, path) for path in self._files()
-                            if (start := self._first(path)) is not None)
-            ends = [s for s, _ in starts[1:]] + [float("inf")]
-            self._cached_ranges = [(start, end, path)
-                                   for (start, path), end in zip(starts, ends, strict=True)]
-        return self._cached_ranges
-
-    def _files(self) -> list[Path]:
-        files: list[Path] = []
-        for path in self.paths:
-            files += sorted(p for p in path.iterdir() if p.is_file() and
-                            not p.name.startswith(".")) if path.is_dir() else [path]
-        return files
-
-    def _first(self, path: Path) -> float | None:
-        try:
-            with path.open(encoding="utf-8") as lines:
-                return first_timestamp(lines)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise AdapterError(f"cannot read {path}: {exc}", service="openmetrics") from exc
-
-    def _read(self, path: Path, requests: list[JobRequest]) -> dict[str, JobSeries]:
-        relevant = [r for r in requests if self._overlaps(path, r.window)]
-        if not relevant:
-            return {}
-        try:
-            with path.open(encoding="utf-8") as lines:
-                return jobs_series(lines, self.catalogue, relevant)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise AdapterError(f"cannot read {path}: {exc}", service="openmetrics") from exc
-
-    def _overlaps(self, path: Path, window: Window) -> bool:
-        return path in self.files_for(window)
-
-
-def _merged(old: JobSeries, part: JobSeries) -> JobSeries:
-    """A later file's points appended to what earlier files gave (files in time order)."""
-    gpus, nodes = dict(old.gpus), dict(old.nodes)
-    _merge_into(gpus, part.gpus)
-    _merge_into(nodes, part.nodes)
-    labelled = (old.gpus and old.binding == "label") or (part.gpus and part.binding == "label")
-    return JobSeries(gpus, nodes, "label" if labelled or not gpus else "host")
-
-
-def _merge_into(target: dict[Any, dict[str, Series]],
-                part: dict[Any, dict[str, Series]]) -> None:
-    """Append a later file's points to the series read so far (files come in time order)."""
-    for key, measures in part.items():
-        mine = target.setdefault(key, {})
-        for measure, series in measures.items():
-            old = mine.get(measure)
-            mine[measure] = series if old is None else Series(
-                old.metric, old.labels, old.points + series.points)
-
-
-def catalogue_for(cluster: Cluster) -> Catalogue:
-    try:
-        return Catalogue.from_config(cluster.metric_labels)
-    except CatalogueError as exc:
-        raise AdapterError(f"cluster {cluster.name}: {exc}", service="prometheus") from exc
-
-
-def prometheus_source(cluster: Cluster) -> PrometheusSource:
-    """The Prometheus source of ``cluster`` (AdapterError when none is configured)."""
-    client = cluster_services.prometheus_for(cluster)
-    if client is None:
-        raise AdapterError(f"cluster {cluster.name} has no Prometheus URL", service="prometheus")
-    return PrometheusSource(client, catalogue_for(cluster))
 
 
 # --- The service -----------------------------------------------------------------------
@@ -551,14 +349,14 @@ def _rows(todo: Todo, source: str, telemetry: JobTelemetry, analysis: Analysis) 
     result = analysis.efficiency
     p = telemetry.plan
     named = {s.key: s.slowdown for s in analysis.straggler.stragglers}
-    rows = [_summary_row(s, telemetry, analysis.health.get(s.key, GpuHealth()),
+    rows = [archive_rows.summary_row(s, telemetry, analysis.health.get(s.key, GpuHealth()),
                          named.get(s.key), p.window, p.n) for s in result.gpus]
-    nodes = [_node_row(health, telemetry.nodes.get(host, {}), p.window, p.n)
+    nodes = [archive_rows.node_row(health, telemetry.nodes.get(host, {}), p.window, p.n)
              for host, health in analysis.nodes.items()]
     fields = {
         "source": source, "binding": telemetry.binding,
-        "measure": result.measure, "window_start": _dt(p.window.start),
-        "window_end": _dt(p.window.end), "step_s": p.step, "points": p.n,
+        "measure": result.measure, "window_start": archive_rows.utc(p.window.start),
+        "window_end": archive_rows.utc(p.window.end), "step_s": p.step, "points": p.n,
         "allocated_gpu_hours": result.allocated_gpu_hours,
         "useful_hours": result.hours.useful, "waiting_hours": result.hours.waiting,
         "held_idle_hours": result.hours.held_idle,
@@ -567,8 +365,8 @@ def _rows(todo: Todo, source: str, telemetry: JobTelemetry, analysis: Analysis) 
         "gpus_missing": [str(k) for k in result.missing],
         "warnings": telemetry.warnings[:20], "last_error": "",
         "useful_fraction": result.fractions.useful if result.has_data else None,
-        **_hardware_fields(analysis.health),
-        **_straggler_fields(analysis.straggler),
+        **archive_rows.hardware_fields(analysis.health),
+        **archive_rows.straggler_fields(analysis.straggler),
     }
     return Summary(todo.pk, rows, nodes, fields, result.has_data, bool(telemetry.warnings),
                    todo.finished, analysis.straggler.status)
@@ -620,94 +418,3 @@ def _status(has_data: bool, warned: bool, finished: bool, attempts: int) -> tupl
     if warned and attempts < PARTIAL_ATTEMPTS:
         return JobMetrics.Status.PARTIAL, attempts
     return (JobMetrics.Status.COMPLETE if has_data else JobMetrics.Status.NO_DATA), attempts
-
-
-def _hardware_fields(health: dict[GpuKey, GpuHealth]) -> dict[str, Any]:
-    """GPUs with a hardware XID and the uncorrectable ECC errors over the job: what the
-    job-success SLO reads (None where nothing was measured)."""
-    if not health:
-        return {"xid_gpus": None, "ecc_dbe": None}
-    dbe = [h.ecc_dbe for h in health.values() if h.ecc_dbe is not None]
-    return {"xid_gpus": sum(1 for h in health.values() if h.hardware_xids),
-            "ecc_dbe": int(sum(dbe)) if dbe else None}
-
-
-def _straggler_fields(verdict: StragglerVerdict) -> dict[str, Any]:
-    return {
-        "straggler_status": verdict.status, "straggler_confidence": verdict.confidence,
-        "straggler_summary": verdict.summary, "straggler_detail": straggler_detail(verdict),
-    }
-
-
-def straggler_detail(verdict: StragglerVerdict) -> dict[str, Any]:
-    """The verdict as stored JSON: named GPUs, waiting GPUs, reasons, limits, evidence."""
-    return {
-        "stragglers": [{"gpu": str(s.key), "waiting": round(s.waiting, 4),
-                        "peer_waiting": round(s.peer_waiting, 4),
-                        "slowdown": round(s.slowdown, 4), "cause": s.cause}
-                       for s in verdict.stragglers],
-        "waiting_gpus": [str(k) for k in verdict.waiting_gpus],
-        "reasons": list(verdict.reasons), "limits": list(verdict.limits),
-        "evidence": [{"kind": e.kind, "gpu": e.gpu, "text": e.text, "value": e.value}
-                     for e in verdict.evidence],
-    }
-
-
-def _summary_row(s: GpuSummary, telemetry: JobTelemetry, h: GpuHealth,
-                 slowdown: float | None, window: Window, n: int) -> dict[str, Any]:
-    series = telemetry.gpus.get(s.key, {})
-    return dict(
-        host=s.key.host, gpu_index=s.key.gpu, gpu_uuid=telemetry.uuids.get(s.key, ""),
-        measure=s.measure, measured_s=s.measured_seconds, mean=s.activity.mean,
-        p5=s.activity.p5, p50=s.activity.p50, p95=s.activity.p95,
-        idle_fraction=s.idle_fraction, useful=s.split.useful, waiting=s.split.waiting,
-        held_idle=s.split.held_idle, no_process=s.split.no_process,
-        util_mean=s.means.get("gpu_util"), tensor_mean=s.means.get("tensor_active"),
-        fb_used_mib=s.means.get("fb_used"), power_w=s.means.get("power"),
-        waiting_with_traffic=s.waiting_with_traffic,
-        occupancy_mean=h.occupancy_mean, fp64_mean=h.fp64_mean, dram_mean=h.dram_mean,
-        temp_mean=h.temp_mean, temp_max=h.temp_max, sm_clock_busy=h.sm_clock_busy,
-        thermal_share=h.thermal_share, power_share=h.power_share,
-        hw_slowdown_share=h.hw_slowdown_share, xids=list(h.xids), ecc_sbe=h.ecc_sbe,
-        ecc_dbe=h.ecc_dbe, nvlink_bps=h.nvlink_bps, pcie_rx_bps=h.pcie_rx_bps,
-        pcie_tx_bps=h.pcie_tx_bps, straggler=slowdown is not None, slowdown=slowdown,
-        series=compact.encode(_channels(series, s.measure, window, n)),
-    )
-
-
-def _node_row(h: NodeHealth, series: dict[str, Series], window: Window,
-              n: int) -> dict[str, Any]:
-    channels = {name: regrid(series[name].points, window, n)
-                for name in NODE_CHANNELS if name in series}
-    return dict(
-        host=h.host, cpu_busy=h.cpu_busy, mem_used_bytes=h.mem_used_bytes,
-        ib_tx_bps=h.ib_tx_bps, ib_rx_bps=h.ib_rx_bps,
-        ib_wait_per_s=h.ib_wait_per_s, ib_errors=h.ib_errors,
-        ib_rate_min_bps=h.ib_rate_min_bps, ib_rate_max_bps=h.ib_rate_max_bps,
-        net_tx_bps=h.net_tx_bps, net_rx_bps=h.net_rx_bps, fs_read_bps=h.fs_read_bps,
-        fs_write_bps=h.fs_write_bps, series=compact.encode(channels))
-
-
-# stored channel -> (measure, how samples combine in a bucket)
-GPU_CHANNELS: dict[str, tuple[str, str]] = {
-    "gpu_util": ("gpu_util", "mean"), "tensor_active": ("tensor_active", "mean"),
-    "fb_used": ("fb_used", "mean"), "power": ("power", "mean"),
-    "occupancy": ("sm_occupancy", "mean"), "dram_active": ("dram_active", "mean"),
-    "fp64_active": ("fp64_active", "mean"), "temperature": ("temperature", "mean"),
-    "sm_clock": ("sm_clock", "mean"), "throttle": ("throttle_reasons", "or"),
-    "xid": ("xid", "max"), "nvlink": ("nvlink_tx", "mean"), "pcie_rx": ("pcie_rx", "mean"),
-    "pcie_tx": ("pcie_tx", "mean"),
-}
-NODE_CHANNELS = ("cpu_busy", "mem_used", "ib_tx", "ib_rx", "ib_wait", "net_tx", "net_rx",
-                 "fs_read", "fs_write")
-
-
-def _channels(series: dict[str, Series], measure: str, window: Window,
-              n: int) -> dict[str, list[float | None]]:
-    wanted = {"activity": (measure, "mean"), **GPU_CHANNELS}
-    return {channel: regrid(series[m].points, window, n, how)
-            for channel, (m, how) in wanted.items() if m in series}
-
-
-def _dt(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, tz=UTC)

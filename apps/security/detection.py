@@ -58,7 +58,7 @@ from apps.clusters.adapters.slurm.parse import expand_hostlist
 from apps.clusters.models import Cluster, Node
 from apps.core.batch import forked
 from apps.core.errors import AdapterError
-from apps.jobs.archive import catalogue_for
+from apps.jobs.archive_sources import catalogue_for
 from apps.jobs.models import Job, JobGpu
 from apps.security import findings, saved_scripts
 from apps.security.adapters import telemetry

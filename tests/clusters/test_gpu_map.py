@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 
 from apps.clusters import sync
-from apps.clusters.adapters.slurm.parse import GpuHeld, parse_gpu_map_log
+from apps.clusters.adapters.slurm.parse_gpus import GpuHeld, parse_gpu_map_log
 from apps.jobs.models import JobGpu
 from tests.conftest import make_job
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from apps.clusters.adapters.slurm import ExitStatus, RecordError, SlurmJob, parse
+from apps.clusters.adapters.slurm import ExitStatus, RecordError, SlurmJob, parse, parse_gpus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 
@@ -329,22 +329,22 @@ def test_squeue_gives_reasons_and_estimated_starts_of_pending_jobs():
 
 
 def test_scontrol_bindings_unfold_identical_nodes():
-    bindings = parse.parse_scontrol_bindings((FIXTURES / "scontrol_show_job.txt").read_text())
+    bindings = parse_gpus.parse_scontrol_bindings((FIXTURES / "scontrol_show_job.txt").read_text())
     job2 = sorted((b.node, b.gpu_indices, b.gpu_type) for b in bindings if b.job_id == 2)
     assert job2 == [("gpu03", tuple(range(8)), "a100"), ("gpu04", tuple(range(8)), "a100")]
 
 
 def test_scontrol_and_squeue_agree_on_bindings():
-    text = parse.parse_scontrol_bindings((FIXTURES / "scontrol_show_job.txt").read_text())
-    live = parse.bindings_from_squeue(json.loads((FIXTURES / "squeue.json").read_text()))
+    text = parse_gpus.parse_scontrol_bindings((FIXTURES / "scontrol_show_job.txt").read_text())
+    live = parse_gpus.bindings_from_squeue(json.loads((FIXTURES / "squeue.json").read_text()))
     assert text and set(text) == set(live)
 
 
 def test_rest_v37_and_v38_give_the_same_bindings():
     v37 = json.loads((FIXTURES / "rest" / "v0.0.37_job_2.json").read_text())
     v38 = json.loads((FIXTURES / "rest" / "v0.0.38_job_2.json").read_text())
-    assert parse.bindings_from_squeue(v37) == parse.bindings_from_squeue(v38)
-    assert len(parse.bindings_from_squeue(v38)) == 2
+    assert parse_gpus.bindings_from_squeue(v37) == parse_gpus.bindings_from_squeue(v38)
+    assert len(parse_gpus.bindings_from_squeue(v38)) == 2
 
 
 @pytest.mark.parametrize(("detail", "expected"), [
@@ -355,7 +355,7 @@ def test_rest_v37_and_v38_give_the_same_bindings():
     ("", ("", [])),
 ])
 def test_gres_detail(detail, expected):
-    assert parse._gres_indices(detail) == expected
+    assert parse_gpus._gres_indices(detail) == expected
 
 
 # --- small value parsers -------------------------------------------------------------

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from apps.clusters import labels, sync
 from apps.clusters.adapters.slurm import SlurmJob
-from apps.clusters.adapters.slurm.parse import parse_gpu_map_log
+from apps.clusters.adapters.slurm.parse_gpus import parse_gpu_map_log
 from apps.clusters.adapters.slurm.registry import slurm_client
 from apps.clusters.importer import import_sacct
 from apps.clusters.models import Cluster

@@ -166,7 +166,7 @@ def test_a_sites_own_file_system_counter_is_read_from_files_too():
 
 
 def test_the_source_reads_only_the_files_of_the_job_window(tmp_path):
-    from apps.jobs.archive import OpenMetricsSource
+    from apps.jobs.archive_sources import OpenMetricsSource
 
     for start in (0, 21600, 43200):
         (tmp_path / f"{start:06d}.om").write_text(_window_file(start))

@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 
 from apps.core.errors import AdapterError
-from apps.jobs.archive import catalogue_for
+from apps.jobs.archive_sources import catalogue_for
 from apps.security import services
 from apps.security.adapters import telemetry
 from apps.security.detection import Sources, read_ahead

@@ -164,7 +164,7 @@ def test_the_sacct_importer_keeps_the_last_pending_reason_of_started_jobs(world)
 def test_the_archive_keeps_hardware_faults_for_the_success_slo(world):
     from apps.analysis.health import GpuHealth
     from apps.analysis.timeseries import GpuKey
-    from apps.jobs.archive import _hardware_fields
+    from apps.jobs.archive_rows import hardware_fields as _hardware_fields
 
     health = {GpuKey("gpu01", 0): GpuHealth(xids=(79,), ecc_dbe=0),
               GpuKey("gpu01", 1): GpuHealth(xids=(13,), ecc_dbe=2),

@@ -3,7 +3,7 @@
 | module | what it holds |
 |---|---|
 | ``types`` | the frozen dataclasses every backend returns and the ``SlurmClient`` protocol |
-| ``parse``, ``parse_cluster`` | pure parsers of Slurm's output (job records; the cluster) |
+| ``parse``, ``parse_cluster``, ``parse_gpus`` | pure parsers: job records; the cluster; GPUs held |
 | ``cli``, ``rest``, ``pyslurm``, ``files`` | the backends, one module each |
 | ``registry`` | backend name -> factory, and :func:`~registry.slurm_client` to build one |
 

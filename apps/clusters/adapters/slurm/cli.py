@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from apps.clusters.adapters.slurm import parse
+from apps.clusters.adapters.slurm import parse, parse_gpus
 from apps.clusters.adapters.slurm import parse_cluster as cparse
 from apps.clusters.adapters.slurm import types as st
 from apps.core.errors import AdapterError, TransientAdapterError
@@ -214,7 +214,7 @@ class SlurmCli:
         return [e for e in entries if e.state in st.ACTIVE_STATES]
 
     def gpu_bindings(self) -> list[st.GpuBinding]:
-        return parse.parse_scontrol_bindings(self._run(["scontrol", "-d", "show", "job"]))
+        return parse_gpus.parse_scontrol_bindings(self._run(["scontrol", "-d", "show", "job"]))
 
     def nodes(self) -> list[st.SlurmNode]:
         return cparse.parse_sinfo_json(self._json(["sinfo", "--json"]))

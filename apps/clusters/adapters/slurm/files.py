@@ -50,7 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from apps.clusters.adapters.slurm import parse
+from apps.clusters.adapters.slurm import parse, parse_gpus
 from apps.clusters.adapters.slurm import parse_cluster as cparse
 from apps.clusters.adapters.slurm import types as st
 from apps.clusters.adapters.slurm.cli import limit_argv
@@ -195,7 +195,7 @@ class SlurmFiles:
         return [e for e in entries if e.state in st.ACTIVE_STATES]
 
     def gpu_bindings(self) -> list[st.GpuBinding]:
-        return parse.bindings_from_squeue(self._json("squeue.json"))
+        return parse_gpus.bindings_from_squeue(self._json("squeue.json"))
 
     def nodes(self) -> list[st.SlurmNode]:
         return cparse.parse_sinfo_json(self._json("sinfo.json"))

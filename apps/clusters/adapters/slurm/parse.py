@@ -1,6 +1,7 @@
 """Pure parsers for Slurm job records: ``sacct --json`` (streamed), ``squeue --json``,
-``scontrol -d show job`` and ``sacct -P -o JobIDRaw,ExitCode``. Cluster-level output (nodes,
-partitions, associations, fairshare, sdiag) is in ``parse_cluster``.
+``sacct -P -o JobIDRaw,ExitCode`` and stored batch scripts. Cluster-level output (nodes,
+partitions, associations, fairshare, sdiag) is in ``parse_cluster``; which GPU indices jobs
+hold (``gres_detail``, ``scontrol -d show job``, the prolog's history) in ``parse_gpus``.
 
 No I/O except reading the stream handed in, no Django: every backend and ``import_sacct``
 share these. Shapes are those of Slurm 22.05 (data parser v0.0.38 / dbv0.0.38, also
@@ -12,14 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
 from apps.clusters.adapters.slurm.types import (
     ACTIVE_STATES,
     ExitStatus,
-    GpuBinding,
     QueueEntry,
     RecordError,
     SlurmJob,
@@ -428,76 +427,6 @@ def parse_squeue_json(data: Record) -> list[QueueEntry]:
     return entries
 
 
-_GRES_DETAIL = re.compile(r"^gpu(?::(?P<type>[^:(]+))?:(?P<count>\d+)\(IDX:(?P<idx>[^)]*)\)")
-
-
-def _gres_indices(detail: str) -> tuple[str, list[int]]:
-    """``gpu:h100:8(IDX:0-7)`` to ("h100", [0..7]); anything else to ("", [])."""
-    for part in re.split(r",(?=gpu)", detail):
-        match = _GRES_DETAIL.match(part.strip())
-        if match and match["idx"] not in ("", "N/A"):
-            return match["type"] or "", expand_ranges(match["idx"])
-    return "", []
-
-
-def _allocated_node_names(rec: Record) -> list[str]:
-    """Node names in ``gres_detail`` order: v0.0.38 lists ``allocated_nodes[].nodename``;
-    v0.0.37 has a dict keyed by position, in the order of the ``nodes`` host list."""
-    resources = rec.get("job_resources") or {}
-    allocated = resources.get("allocated_nodes") or []
-    if isinstance(allocated, list) and all(isinstance(n, Mapping) for n in allocated):
-        names = [_text(n.get("nodename")) for n in allocated]
-        if all(names):
-            return names
-    return expand_hostlist(_text(resources.get("nodes") or rec.get("nodes")))
-
-
-def bindings_from_squeue(data: Record) -> list[GpuBinding]:
-    """GPU indices per node from squeue/slurm REST ``gres_detail`` (running jobs).
-
-    ``gres_detail[i]`` belongs to the i-th allocated node.
-    """
-    out: list[GpuBinding] = []
-    for rec in data.get("jobs") or []:
-        if _state(rec.get("job_state")) != "RUNNING":
-            continue
-        nodes = _allocated_node_names(rec)
-        for node, detail in zip(nodes, rec.get("gres_detail") or [], strict=False):
-            gpu_type, indices = _gres_indices(_text(detail))
-            if indices:
-                out.append(GpuBinding(int(rec["job_id"]), node, tuple(indices), gpu_type))
-    return out
-
-
-# --- scontrol -d show job -------------------------------------------------------------
-
-_JOB_ID = re.compile(r"^JobId=(\d+)")
-_STATE = re.compile(r"\bJobState=(\S+)")
-_DETAIL = re.compile(r"^\s*Nodes=(\S+)\s.*\bGRES=(\S*)")
-
-
-def parse_scontrol_bindings(text: str) -> list[GpuBinding]:
-    """GPU indices of running jobs from ``scontrol -d show job`` (no --json in 22.05).
-
-    The detail lines fold identical nodes: ``Nodes=gpu[01-02] ... GRES=gpu:h100:8(IDX:0-7)``
-    means each of gpu01 and gpu02 has indices 0-7.
-    """
-    out: list[GpuBinding] = []
-    job_id: int | None = None
-    running = False
-    for line in text.splitlines():
-        if match := _JOB_ID.match(line):
-            job_id, running = int(match[1]), False
-        elif match := _STATE.search(line):
-            running = match[1] == "RUNNING"
-        elif (match := _DETAIL.match(line)) and job_id is not None and running:
-            gpu_type, indices = _gres_indices(match[2])
-            if indices:
-                out.extend(GpuBinding(job_id, node, tuple(indices), gpu_type)
-                           for node in expand_hostlist(match[1]))
-    return out
-
-
 # --- sacct --batch-script / --env-vars ----------------------------------------------------
 
 _SCRIPT_HEADER = re.compile(r"^Batch Script for (\S+)\n-{20,}\n", re.MULTILINE)
@@ -545,73 +474,3 @@ def _sections(header: re.Pattern[str], text: str) -> dict[str, str]:
     # parts = [before, id1, body1, id2, body2, ...]
     bodies = {parts[i]: parts[i + 1].rstrip("\n") + "\n" for i in range(1, len(parts) - 1, 2)}
     return {job: body for job, body in bodies.items() if body.strip() != "NONE"}
-
-
-# --- The prolog's GPU history (deploy/slurm, JOBMAP_LOG) ------------------------------------
-
-
-_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-@dataclass(frozen=True)
-class GpuHeld:
-    """One job holding one GPU of one node, from ``start`` to ``end`` (None: still held)."""
-
-    job_id: int
-    node: str
-    gpu_index: int
-    start: datetime
-    end: datetime | None
-    uuid: str = ""  # from the prolog's start line, when nvidia-smi gave it
-
-
-def parse_gpu_map_log(lines: Iterable[str]) -> tuple[list[GpuHeld], list[str]]:
-    """Pair the prolog's ``start`` and the epilog's ``end`` lines into intervals.
-
-    Each line is ``<epoch> start|end <job id> <node> <gpu>[,<gpu>...] [<uuid>[,<uuid>...]]``
-    (the UUIDs in the order of the indices, ``-`` where unknown). Returns the intervals and
-    one message per line that could not be read (the rest still count). A start without an
-    end is still held; an end without a start is reported.
-    """
-    open_: dict[tuple[int, str, int], tuple[datetime, str]] = {}
-    held: list[GpuHeld] = []
-    problems: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        parsed = _gpu_map_line(line)
-        if parsed is None:
-            if line.strip():
-                problems.append(f"line {number}: not '<epoch> start|end <job> <node> <gpus>'")
-            continue
-        when, what, job_id, node, gpus, uuids = parsed
-        for gpu, uuid in zip(gpus, uuids, strict=True):
-            key = (job_id, node, gpu)
-            if what == "start":
-                open_.setdefault(key, (when, uuid))
-            elif key in open_:
-                start, known = open_.pop(key)
-                held.append(GpuHeld(job_id, node, gpu, start, when, known))
-            else:
-                problems.append(f"line {number}: end of job {job_id} on {node}:{gpu} "
-                                "without a start")
-    held += [GpuHeld(j, n, g, start, None, uuid) for (j, n, g), (start, uuid) in open_.items()]
-    return held, problems
-
-
-_GPU_UUID = re.compile(r"GPU-[0-9A-Fa-f-]{8,60}")
-
-
-def _gpu_map_line(line: str) -> tuple[datetime, str, int, str, list[int], list[str]] | None:
-    parts = line.split()
-    if len(parts) not in (5, 6) or parts[1] not in ("start", "end"):
-        return None
-    epoch, what, job, node, gpus = parts[:5]
-    if not (epoch.isdigit() and job.isdigit() and _NODE_NAME.fullmatch(node)):
-        return None
-    indices = gpus.split(",")
-    if not all(i.isdigit() and len(i) < 4 for i in indices):
-        return None
-    uuids = parts[5].split(",") if len(parts) == 6 else ["-"] * len(indices)
-    if len(uuids) != len(indices) or not all(u == "-" or _GPU_UUID.fullmatch(u) for u in uuids):
-        return None
-    return (datetime.fromtimestamp(int(epoch), tz=UTC), what, int(job), node,
-            [int(i) for i in indices], ["" if u == "-" else u for u in uuids])

@@ -33,7 +33,7 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 
-from apps.clusters.adapters.slurm import parse
+from apps.clusters.adapters.slurm import parse, parse_gpus
 from apps.clusters.adapters.slurm import parse_cluster as cparse
 from apps.clusters.adapters.slurm import types as st
 from apps.core.errors import AdapterError, TransientAdapterError
@@ -242,7 +242,7 @@ class SlurmRest:
         return [e for e in entries if e.state in st.ACTIVE_STATES]
 
     def gpu_bindings(self) -> list[st.GpuBinding]:
-        return parse.bindings_from_squeue(self._json(f"{self.api.slurm}/jobs"))
+        return parse_gpus.bindings_from_squeue(self._json(f"{self.api.slurm}/jobs"))
 
     def nodes(self) -> list[st.SlurmNode]:
         return cparse.parse_sinfo_json(self._json(f"{self.api.slurm}/nodes"))

@@ -1,0 +1,223 @@
+"""What every SLI query shares: who a result is about, trend days, the sorted-values
+aggregate, per-subject results and the worst jobs (the package docstring says how)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from itertools import pairwise
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from django.db.models import (
+    Aggregate,
+    Case,
+    DateTimeField,
+    Expression,
+    F,
+    Field,
+    IntegerField,
+    QuerySet,
+    Value,
+    When,
+    Window,
+)
+from django.db.models.expressions import Combinable
+from django.db.models.functions import (
+    Cast,
+    Ceil,
+    Floor,
+    RowNumber,
+)
+from django.db.models.lookups import LessThan, LessThanOrEqual
+
+from apps.analysis import slo as maths
+from apps.analysis.slo import Counts
+from apps.chargeback.usage import Seconds
+from apps.jobs.models import Job
+from apps.slo.models import Objective
+
+WORST = 5  # worst offending jobs kept per scorecard
+DAY_S = 86400.0
+
+
+class SortedValues(Aggregate):
+    """Every value of an expression in the group, ascending (a list of floats):
+    ``ARRAY_AGG(x ORDER BY x)`` in PostgreSQL, ``BEACON_SORTED(x)`` (JSON text) on SQLite.
+
+    The queue-wait breakdown fetches each cell's sorted waits so that the cell's and the
+    whole subject's nearest-rank percentiles both come from one GROUP BY (issue 7: a second
+    sorted pass over the jobs for the subjects' percentiles cost as much as the breakdown).
+    """
+
+    function = "ARRAY_AGG"
+    output_field = Field()  # no converter of its own: ``convert_value`` below
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        if self.filter is not None:
+            raise ValueError("SortedValues takes no filter")
+        sql, params = compiler.compile(self.get_source_expressions()[0])
+        return f"ARRAY_AGG({sql} ORDER BY {sql})", (*params, *params)
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return super().as_sql(compiler, connection, function="BEACON_SORTED", **extra)
+
+    def convert_value(self, value: Any, expression: Any, connection: Any) -> list[float]:
+        return json.loads(value) if isinstance(value, str) else list(value or [])
+
+
+class SqliteSorted:
+    """``BEACON_SORTED(x)`` for SQLite: the group's values, ascending, as JSON."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def step(self, value: float | None) -> None:
+        if value is not None:
+            self.values.append(value)
+
+    def finalize(self) -> str:
+        return json.dumps(sorted(self.values))
+
+
+def _dt(value: datetime) -> Value:
+    return Value(value, output_field=DateTimeField())
+
+
+# --- Who a result is about -----------------------------------------------------------------
+
+
+class _Subject(TypedDict):
+    """What ``population`` annotates on the jobs (and the plugin checks lookups against)."""
+
+    subject: Any
+
+
+class _Waits(_Subject):
+    wait_s: float
+    before_s: float
+    own: int
+    pct_s: float
+
+
+class _Endings(_Subject):
+    rule: str
+
+
+class _Efficiency(_Subject):
+    s0: datetime
+    e0: datetime
+    meas: float
+    frac: float
+
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+    Subjects = QuerySet[WithAnnotations[Job, _Subject]]
+    Waits = QuerySet[WithAnnotations[Job, _Waits]]
+    Endings = QuerySet[WithAnnotations[Job, _Endings]]
+    Efficiency = QuerySet[WithAnnotations[Job, _Efficiency]]
+
+
+def subject_expression(objective: Objective) -> Combinable:
+    if objective.scope == Objective.Scope.TEAM:
+        return F("team_id")
+    if objective.scope == Objective.Scope.PARTITION:
+        return F("partition")
+    return Value("platform")
+
+
+def subject_key(objective: Objective, value: Any) -> str:
+    if objective.scope == Objective.Scope.TEAM:
+        return f"team:{value}"
+    if objective.scope == Objective.Scope.PARTITION:
+        return f"partition:{value}"
+    return "platform"
+
+
+def population(objective: Objective, jobs: QuerySet[Job] | None = None) -> Subjects:
+    """The objective's GPU jobs: allocated (a job cancelled while pending has no nodes),
+    with GPUs, narrowed to its cluster, partition and team."""
+    qs = (Job.objects.all() if jobs is None else jobs).filter(
+        gpu_equivalent__gt=0, node_count__gt=0, start_time__isnull=False)
+    if objective.cluster_id:
+        qs = qs.filter(cluster_id=objective.cluster_id)
+    if objective.partition:
+        qs = qs.filter(partition=objective.partition)
+    if objective.scope == Objective.Scope.TEAM:
+        qs = qs.filter(team__isnull=False)
+        if objective.team_id:
+            qs = qs.filter(team_id=objective.team_id)
+    return qs.annotate(subject=subject_expression(objective))
+
+
+def _day(expr: Combinable, edges: Sequence[datetime], *, end: bool = False) -> Expression:
+    """The trend day holding instant ``expr`` (``end``: an instant on an edge belongs to the
+    day before). Arithmetic for 24 h days; a CASE over local midnights for calendar months."""
+    lengths = [(b - a).total_seconds() for a, b in pairwise(edges)]
+    if all(n == DAY_S for n in lengths[:-1]) and lengths[-1] <= DAY_S:
+        offset = Seconds(expr, _dt(edges[0])) / Value(DAY_S)
+        rounded = Ceil(offset) - Value(1.0) if end else Floor(offset)
+        return Cast(rounded, IntegerField())
+    before = LessThanOrEqual if end else LessThan
+    whens = [When(before(expr, _dt(edge)), then=Value(i)) for i, edge in enumerate(edges[1:])]
+    return Case(*whens, default=Value(len(edges) - 2), output_field=IntegerField())
+
+
+def _bucket() -> Case:
+    whens = [When(gpu_equivalent__lte=limit, then=Value(label))
+             for limit, label in maths.GPU_BUCKETS if limit != float("inf")]
+    return Case(*whens, default=Value(maths.GPU_BUCKETS[-1][1]))
+
+
+def _burn_starts(window: maths.Window) -> dict[int, datetime]:
+    """Each trailing burn window's start, clipped to the SLO window's start."""
+    now = window.observed_end
+    return {s: max(window.start, now - timedelta(seconds=s)) for s in maths.BURN_WINDOWS}
+
+
+# --- Results ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SubjectCounts:
+    """One subject's counts: the window, its burn windows, its trend days, and details."""
+
+    window: Counts = field(default_factory=Counts)
+    burn: dict[int, Counts] = field(default_factory=dict)
+    days: list[Counts] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _subjects(keys: Iterable[str], n_days: int) -> dict[str, SubjectCounts]:
+    return {k: SubjectCounts(days=[Counts()] * n_days) for k in keys}
+
+
+def _add_day(sc: SubjectCounts, day: int, counts: Counts) -> None:
+    if 0 <= day < len(sc.days):
+        sc.days[day] = sc.days[day].plus(counts)
+
+
+# --- Worst jobs ------------------------------------------------------------------------------
+
+
+def _top(objective: Objective, qs: Subjects, order: Any, value: str,
+         extra: Sequence[str] = ()) -> dict[str, list[dict[str, Any]]]:
+    ranked = qs.annotate(rank=Window(RowNumber(), partition_by=[F("subject")],
+                                     order_by=[order.desc(), F("pk").asc()]))
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in (ranked.filter(rank__lte=WORST)
+              .values("pk", "cluster__name", "job_id", "display_id", "name", "user_name",
+                      "partition", "subject", "rank", value, *extra)
+              .order_by("subject", "rank")):
+        out[subject_key(objective, r.pop("subject"))].append(
+            {"job": r.pop("pk"), "cluster": r.pop("cluster__name"), "value": r.pop(value),
+             **{k: v for k, v in r.items() if k != "rank"}})
+    return dict(out)
+
+
+def merge_counts(parts: Mapping[str, SubjectCounts]) -> Counts:
+    return maths.add_up(sc.window for sc in parts.values())

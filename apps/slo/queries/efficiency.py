@@ -1,0 +1,162 @@
+"""The GPU-efficiency SLI in SQL: GPU-seconds prorated to the window and to each trend day."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import (
+    Case,
+    F,
+    FilteredRelation,
+    FloatField,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.expressions import Combinable
+from django.db.models.functions import (
+    Coalesce,
+    Greatest,
+    Least,
+    NullIf,
+)
+
+from apps.analysis import slo as maths
+from apps.analysis.slo import Counts
+from apps.chargeback.usage import MEASURED, Seconds
+from apps.jobs.models import Job
+from apps.slo.models import Objective
+from apps.slo.queries.common import (
+    SubjectCounts,
+    _burn_starts,
+    _day,
+    _dt,
+    _top,
+    population,
+    subject_key,
+)
+
+if TYPE_CHECKING:
+    from apps.slo.queries.common import Efficiency
+
+
+def _efficiency(objective: Objective, window: maths.Window,
+                jobs: QuerySet[Job] | None = None) -> Efficiency:
+    lo, now = _dt(window.start), _dt(window.observed_end)
+    frac = Coalesce(F("m__useful_hours") / NullIf(F("m__allocated_gpu_hours"), Value(0.0)),
+                    Value(0.0), output_field=FloatField())
+    measured = Case(When(m__status__isnull=False, then=Value(1.0)), default=Value(0.0),
+                    output_field=FloatField())
+    return (population(objective, jobs)
+            .filter(start_time__lt=window.observed_end)
+            .filter(Q(end_time__isnull=True) | Q(end_time__gt=window.start))
+            .annotate(m=FilteredRelation("metrics", condition=MEASURED & Q(
+                metrics__allocated_gpu_hours__gt=0)))
+            .annotate(s0=Greatest(F("start_time"), lo),
+                      e0=Least(Coalesce(F("end_time"), now), now),
+                      meas=measured, frac=frac))
+
+
+def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[datetime],
+                   jobs: QuerySet[Job] | None = None) -> dict[str, SubjectCounts]:
+    """GROUP BY (subject, first day, last day) for the window and its days; one more
+    GROUP BY by subject over the jobs running in the last burn window."""
+    lo = _dt(window.start)
+    qs = _efficiency(objective, window, jobs).annotate(
+        rs=Seconds(F("s0"), lo), re=Seconds(F("e0"), lo))
+    weights: dict[str, Combinable] = {
+        "a": F("gpu_equivalent"), "m": F("gpu_equivalent") * F("meas"),
+        "u": F("gpu_equivalent") * F("meas") * F("frac")}
+    sums: dict[str, Sum] = {}
+    for name, w in weights.items():
+        sums |= {f"{name}g": Sum(w), f"{name}s": Sum(w * F("rs")), f"{name}e": Sum(w * F("re"))}
+    rows = (qs.annotate(sd=_day(F("s0"), edges), ed=_day(F("e0"), edges, end=True))
+            .values("subject", "sd", "ed").annotate(**sums).order_by())
+    sums_of, allocated = _efficiency_days(objective, rows, edges, window.start)
+    out: dict[str, SubjectCounts] = {}
+    for key, (useful, measured) in sums_of.items():
+        sc = out[key] = SubjectCounts(days=[Counts(u, m) for u, m in zip(useful, measured,
+                                                                       strict=True)],
+                                      details={"allocated_s": allocated[key]})
+        sc.window = maths.add_up(sc.days)
+        sc.details["coverage"] = (sc.window.total / sc.details["allocated_s"]
+                                  if sc.details["allocated_s"] > 0 else None)
+    for key, burn in _efficiency_burn(objective, window, jobs).items():
+        out.setdefault(key, SubjectCounts(days=[Counts()] * (len(edges) - 1),
+                                          details={"allocated_s": 0.0, "coverage": None}))
+        out[key].burn = burn
+    for sc in out.values():
+        sc.burn = {s: sc.burn.get(s, Counts()) for s in maths.BURN_WINDOWS}
+    return out
+
+
+def _efficiency_days(objective: Objective, rows: Iterable[Mapping[str, Any]],
+                     edges: Sequence[datetime], start: datetime,
+                     ) -> tuple[dict[str, tuple[list[float], list[float]]], dict[str, float]]:
+    """Each subject's (useful, measured) GPU-seconds per day and its allocated seconds,
+    from the (subject, first day, last day) groups. Plain floats while summing (thousands
+    of rows), added in the rows' order: the same additions as one ``Counts`` at a time."""
+    rel = [(e - start).total_seconds() for e in edges]
+    n_days = len(edges) - 1
+    sums_of: dict[str, tuple[list[float], list[float]]] = {}
+    allocated: dict[str, float] = defaultdict(float)
+    for r in rows:
+        key = subject_key(objective, r["subject"])
+        useful, measured = sums_of.get(key) or sums_of.setdefault(
+            key, ([0.0] * n_days, [0.0] * n_days))
+        parts = {n: _spread(r[f"{n}g"] or 0.0, r[f"{n}s"] or 0.0, r[f"{n}e"] or 0.0,
+                            r["sd"], r["ed"], rel) for n in ("a", "m", "u")}
+        first = parts["u"][0]  # the same days for every weight
+        for day, (u, m) in enumerate(zip(parts["u"][1], parts["m"][1], strict=True),
+                                     start=first):
+            useful[day] += u
+            measured[day] += m
+        allocated[key] += sum(parts["a"][1])
+    return sums_of, allocated
+
+
+def _spread(g: float, s: float, e: float, sd: int, ed: int,
+            rel: Sequence[float]) -> tuple[int, list[float]]:
+    """Per-day seconds of a group of jobs that all run from day ``sd`` to day ``ed``:
+    ``g`` = sum of weights, ``s``/``e`` = weighted sums of start/end (seconds from the
+    window's start). Weights are GPUs, times 0/1 for measured, times the useful share.
+    Returns the first day and one value per day up to the last (other days have none)."""
+    last = len(rel) - 2
+    sd, ed = min(max(sd, 0), last), min(max(ed, sd, 0), last)
+    if sd == ed:
+        return sd, [e - s]
+    full = [(rel[i + 1] - rel[i]) * g for i in range(sd + 1, ed)]
+    return sd, [rel[sd + 1] * g - s, *full, e - rel[ed] * g]
+
+
+def _efficiency_burn(objective: Objective, window: maths.Window,
+                     jobs: QuerySet[Job] | None = None) -> dict[str, dict[int, Counts]]:
+    starts = _burn_starts(window)
+    earliest = min(starts.values())
+    qs = _efficiency(objective, window, jobs).filter(
+        Q(end_time__isnull=True) | Q(end_time__gt=earliest))
+    sums = {}
+    for s, start in starts.items():
+        overlap = Greatest(Seconds(F("e0"), Greatest(F("s0"), _dt(start))), Value(0.0))
+        sums[f"m{s}"] = Sum(F("gpu_equivalent") * F("meas") * overlap)
+        sums[f"u{s}"] = Sum(F("gpu_equivalent") * F("meas") * F("frac") * overlap)
+    rows: Iterable[Mapping[str, Any]] = qs.values("subject").annotate(**sums).order_by()
+    return {subject_key(objective, r["subject"]): {
+        s: Counts(r[f"u{s}"] or 0.0, r[f"m{s}"] or 0.0) for s in maths.BURN_WINDOWS}
+        for r in rows}
+
+
+def worst_efficiency(objective: Objective, window: maths.Window,
+                     jobs: QuerySet[Job] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Measured jobs that wasted at least half their GPU-time, most wasted GPU-hours in the
+    window first, per subject."""
+    waste = (F("gpu_equivalent") * (Value(1.0) - F("frac"))
+             * Greatest(Seconds(F("e0"), F("s0")), Value(0.0)))
+    qs = (_efficiency(objective, window, jobs).filter(meas=1.0, frac__lte=0.5)
+          .annotate(waste=waste).filter(waste__gt=0))
+    return _top(objective, qs, F("waste"), "waste", extra=("frac",))
