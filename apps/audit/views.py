@@ -7,6 +7,7 @@ from typing import Any
 from django.views.generic import ListView
 
 from apps.accounts.permissions import ADMIN, ActionRequiredMixin
+from apps.audit.forms import AuditFilterForm
 from apps.audit.models import AuditEvent
 
 
@@ -19,14 +20,8 @@ class AuditListView(ActionRequiredMixin, ListView):
     context_object_name = "events"
 
     def get_queryset(self) -> Any:
-        qs = AuditEvent.objects.visible_to(self.request.user)
-        action = self.request.GET.get("action", "")
-        if action in AuditEvent.Action.values:
-            qs = qs.filter(action=action)
-        user = self.request.GET.get("user", "").strip()[:150]
-        if user:
-            qs = qs.filter(username=user)
-        return qs
+        filters = AuditFilterForm(self.request.GET).filters()
+        return AuditEvent.objects.visible_to(self.request.user).filter(**filters)
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)

@@ -242,7 +242,7 @@ def finalise(statement: Statement, user: Any, now: datetime | None = None) -> St
     return statement
 
 
-def add_adjustment(statement: Statement, user: Any, amount: str | Decimal,
+def add_adjustment(statement: Statement, user: Any, amount: Decimal,
                    description: str) -> StatementLine:
     """A correction as a new line (negative = credit), on a draft or a final statement."""
     value = _amount(amount)
@@ -257,11 +257,9 @@ def add_adjustment(statement: Statement, user: Any, amount: str | Decimal,
     return line
 
 
-def _amount(raw: str | Decimal) -> Decimal:
-    try:
-        value = Decimal(str(raw).strip())
-    except InvalidOperation:
-        raise ChargebackError(f"amount {raw!r} is not a number") from None
+def _amount(value: Decimal) -> Decimal:
+    """The business rules of an amount already parsed (by a form or the API serializer)."""
+    raw = str(value)
     if not value.is_finite() or value == 0 or abs(value) >= MAX_ADJUSTMENT:
         raise ChargebackError(f"amount {raw!r} must be a non-zero number below {MAX_ADJUSTMENT}")
     if value != value.quantize(cb.MONEY_QUANTUM):
@@ -269,11 +267,11 @@ def _amount(raw: str | Decimal) -> Decimal:
     return value
 
 
-def set_terms(month: date, policy: str, waste_fee: str | Decimal, user: Any) -> BillingPeriod:
+def set_terms(month: date, policy: cb.Policy, waste_fee: Decimal, user: Any) -> BillingPeriod:
     """Pick a month's policy and waste fee; refused once a statement of the month is final."""
     try:
-        terms = cb.Terms(cb.Policy(policy), Decimal(str(waste_fee)))
-    except (ValueError, InvalidOperation) as exc:
+        terms = cb.Terms(policy, waste_fee)
+    except ValueError as exc:
         raise ChargebackError(f"policy {policy!r} / waste fee {waste_fee!r}: {exc}") from None
     with transaction.atomic():
         period = BillingPeriod.objects.select_for_update().get(pk=period_row(month).pk)

@@ -25,6 +25,7 @@ from django.views.generic import TemplateView
 from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin
 from apps.analysis.chargeback import Policy
 from apps.chargeback import charts, reconciliation, services
+from apps.chargeback.forms import AdjustmentForm, TermsForm
 from apps.chargeback.models import BillingPeriod, Rate, Reconciliation, Statement
 from apps.clusters import services as cluster_services
 from apps.clusters.models import Cluster
@@ -176,9 +177,12 @@ class TermsView(_AdminPost):
     def post(self, request: HttpRequest) -> HttpResponse:
         month = _month(request)
         where = reverse("chargeback-home") + f"?month={month:%Y-%m}"
+        form = TermsForm(request.POST)
+        if not form.is_valid():
+            return self.done(request, None, ValueError(form.first_error()), where)
         try:
-            period = services.set_terms(month, request.POST.get("policy", ""),
-                                        request.POST.get("waste_fee", "0") or "0", request.user)
+            period = services.set_terms(month, form.cleaned_data["policy"],
+                                        form.cleaned_data["waste_fee"], request.user)
             services.refresh_statements(month)
         except services.ChargebackError as exc:
             return self.done(request, None, exc, where)
@@ -211,9 +215,12 @@ class AdjustView(_AdminPost):
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         statement = _visible_statement(request, pk)
         where = reverse("chargeback-statement", args=[pk])
+        form = AdjustmentForm(request.POST)
+        if not form.is_valid():
+            return self.done(request, None, ValueError(form.first_error()), where)
         try:
-            services.add_adjustment(statement, request.user, request.POST.get("amount", ""),
-                                    request.POST.get("description", ""))
+            services.add_adjustment(statement, request.user, form.cleaned_data["amount"],
+                                    form.cleaned_data["description"])
         except services.ChargebackError as exc:
             return self.done(request, None, exc, where)
         return self.done(request, "Adjustment added.", None, where)

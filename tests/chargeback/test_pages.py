@@ -215,3 +215,26 @@ def test_admins_add_and_edit_rates_on_the_rate_card_and_drafts_follow(
     assert bad.status_code == 400
     assert "must be after valid_from" in bad.content.decode()
     assert login("alice").get(reverse("chargeback-rates")).status_code == 403
+
+
+@pytest.mark.parametrize(("amount", "message"), [
+    ("abc", "the amount is not a number"), ("", "an adjustment needs an amount"),
+    ("1.005", "more than two decimals"),
+])
+def test_a_bad_adjustment_through_the_page_is_refused_with_words(drafts, login, amount, message):
+    nlp = drafts["nlp"]
+    page = login("staff").post(reverse("chargeback-adjust", args=[nlp.pk]),
+                               {"amount": amount, "description": "x"}, follow=True)
+    assert message in page.content.decode()
+    assert not nlp.lines.filter(kind="adjustment").exists()
+
+
+@pytest.mark.parametrize(("policy", "fee", "message"), [
+    ("bogus", "0", "unknown policy bogus"),
+    ("useful_plus_fee", "x", "the waste fee is not a number"),
+])
+def test_terms_the_form_cannot_read_come_back_as_a_message(drafts, login, policy, fee, message):
+    response = login("staff").post(reverse("chargeback-terms"), {
+        "month": "2026-11", "policy": policy, "waste_fee": fee}, follow=True)
+    assert message in response.content.decode()
+    assert BillingPeriod.objects.get(month=NOV).policy == "allocated"

@@ -129,7 +129,7 @@ def test_a_final_statement_survives_later_refreshes_and_new_jobs(world, rates):
 
 def test_a_correction_is_an_adjustment_line_that_moves_only_the_total_due(world, rates):
     final = _final(world)
-    services.add_adjustment(final, world.users["staff"], "-12.50", "GPU gpu01:3 was faulty")
+    services.add_adjustment(final, world.users["staff"], D("-12.50"), "GPU gpu01:3 was faulty")
     final.refresh_from_db()
     assert (final.amount, final.adjustments_total, final.total_due) == (
         D("72.00"), D("-12.50"), D("59.50"))
@@ -138,8 +138,8 @@ def test_a_correction_is_an_adjustment_line_that_moves_only_the_total_due(world,
 
 
 @pytest.mark.parametrize(("amount", "description", "message"), [
-    ("0", "x", "non-zero"), ("abc", "x", "not a number"), ("1.005", "x", "two decimals"),
-    ("5", "  ", "needs a reason"), ("1e13", "x", "below"),
+    (D("0"), "x", "non-zero"), (D("NaN"), "x", "non-zero"), (D("1.005"), "x", "two decimals"),
+    (D("5"), "  ", "needs a reason"), (D("1e13"), "x", "below"),
 ])
 def test_bad_adjustments_are_refused(world, rates, amount, description, message):
     final = _final(world)
@@ -151,7 +151,7 @@ def test_bad_adjustments_are_refused(world, rates, amount, description, message)
 def test_the_policy_per_month_changes_drafts_and_is_fixed_once_a_statement_is_final(world,
                                                                                     rates):
     archive(world.jobs["bob"], 0.5, held_idle=0.5)
-    services.set_terms(NOV, "useful_plus_fee", "0.5", world.users["staff"])
+    services.set_terms(NOV, cb.Policy.USEFUL_PLUS_FEE, D("0.5"), world.users["staff"])
     services.refresh_statements(NOV, now=AFTER)
     nlp = Statement.objects.get(team=world.team_a)
     # bob: 4 useful + 4 held idle x 0.5; tom and alice unmeasured: 16 -> 22 h x 3.00
@@ -159,14 +159,13 @@ def test_the_policy_per_month_changes_drafts_and_is_fixed_once_a_statement_is_fi
                                                           D("66.00"))
     services.finalise(nlp, world.users["staff"], now=AFTER)
     with pytest.raises(services.ChargebackError, match="terms are fixed"):
-        services.set_terms(NOV, "allocated", "0", world.users["staff"])
+        services.set_terms(NOV, cb.Policy.ALLOCATED, D("0"), world.users["staff"])
 
 
-@pytest.mark.parametrize(("policy", "fee"), [("bogus", "0"), ("useful_plus_fee", "2"),
-                                             ("useful_plus_fee", "x")])
-def test_bad_terms_are_refused(world, policy, fee):
-    with pytest.raises(services.ChargebackError):
-        services.set_terms(NOV, policy, fee, world.users["staff"])
+@pytest.mark.parametrize("fee", [D("2"), D("-0.1")])
+def test_bad_terms_are_refused(world, fee):
+    with pytest.raises(services.ChargebackError, match="between 0 and 1"):
+        services.set_terms(NOV, cb.Policy.USEFUL_PLUS_FEE, fee, world.users["staff"])
 
 
 def test_a_rate_change_mid_month_splits_the_lines(world):

@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.accounts.permissions import ADMIN, VIEW
+from apps.analysis.chargeback import Policy
 from apps.audit import services as audit
 from apps.audit.models import AuditEvent
 from apps.chargeback import reconciliation, services
@@ -135,7 +136,7 @@ class PeriodViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         terms = s.TermsSerializer(data=request.data)
         terms.is_valid(raise_exception=True)
         try:
-            period = services.set_terms(self._month(), terms.validated_data["policy"],
+            period = services.set_terms(self._month(), Policy(terms.validated_data["policy"]),
                                         terms.validated_data["waste_fee"], request.user)
         except services.ChargebackError as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)

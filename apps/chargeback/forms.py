@@ -1,0 +1,42 @@
+"""Forms of the chargeback pages: they turn what an admin typed into typed values for services."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import forms
+
+from apps.analysis.chargeback import Policy
+
+
+class _MessageForm(forms.Form):
+    """A form whose errors come back as one message on the page it was posted from."""
+
+    def first_error(self) -> str:
+        """One line for the page's message (the form itself is not re-rendered)."""
+        return next(str(e) for errors in self.errors.values() for e in errors)
+
+
+class AdjustmentForm(_MessageForm):
+    """A correction line: the amount parsed to a Decimal here, its business rules in services."""
+
+    amount = forms.DecimalField(error_messages={"required": "an adjustment needs an amount",
+                                                "invalid": "the amount is not a number"})
+    # Blank is let through: services.add_adjustment refuses it with its own words.
+    description = forms.CharField(required=False, max_length=2000)
+
+
+class TermsForm(_MessageForm):
+    """A month's policy and waste fee (the fee's 0..1 range is checked by ``cb.Terms``)."""
+
+    policy = forms.ChoiceField(choices=[(p.value, p.value) for p in Policy],
+                               error_messages={"invalid_choice": "unknown policy %(value)s"})
+    waste_fee = forms.DecimalField(required=False,
+                                   error_messages={"invalid": "the waste fee is not a number"})
+
+    def clean_policy(self) -> Policy:
+        return Policy(self.cleaned_data["policy"])
+
+    def clean_waste_fee(self) -> Decimal:
+        fee = self.cleaned_data["waste_fee"]
+        return Decimal("0") if fee is None else fee
