@@ -7,17 +7,10 @@ from decimal import Decimal
 from django import forms
 
 from apps.analysis.chargeback import Policy
+from apps.core.forms import MessageForm
 
 
-class _MessageForm(forms.Form):
-    """A form whose errors come back as one message on the page it was posted from."""
-
-    def first_error(self) -> str:
-        """One line for the page's message (the form itself is not re-rendered)."""
-        return next(str(e) for errors in self.errors.values() for e in errors)
-
-
-class AdjustmentForm(_MessageForm):
+class AdjustmentForm(MessageForm):
     """A correction line: the amount parsed to a Decimal here, its business rules in services."""
 
     amount = forms.DecimalField(error_messages={"required": "an adjustment needs an amount",
@@ -26,7 +19,7 @@ class AdjustmentForm(_MessageForm):
     description = forms.CharField(required=False, max_length=2000)
 
 
-class TermsForm(_MessageForm):
+class TermsForm(MessageForm):
     """A month's policy and waste fee (the fee's 0..1 range is checked by ``cb.Terms``)."""
 
     policy = forms.ChoiceField(choices=[(p.value, p.value) for p in Policy],

@@ -73,9 +73,9 @@ def ceiling(cluster: Cluster, month: date) -> Decimal:
     return qmath.ceiling_hours(gpus, (period.end - period.start).total_seconds() / 3600)
 
 
-def parse_hours(account: SlurmAccount, month: date, hours: str) -> int | None:
-    """GPU-hours typed on the page -> GPU-minutes; blank means "no limit"."""
-    if not str(hours).strip():
+def quota_minutes(account: SlurmAccount, month: date, hours: Decimal | None) -> int | None:
+    """GPU-hours (parsed by the page's form) -> GPU-minutes; None means "no limit"."""
+    if hours is None:
         return None
     try:
         return qmath.quota_minutes(hours, ceiling(account.cluster, month))

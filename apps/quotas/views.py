@@ -5,6 +5,7 @@ reason; nothing is applied then."""
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 from django.contrib import messages
@@ -16,13 +17,13 @@ from django.views.generic import TemplateView
 
 from apps.accounts.models import Team
 from apps.accounts.permissions import ADMIN, ActionRequiredMixin
-from apps.chargeback.services import ChargebackError, current_month, parse_month
 from apps.clusters import services as cluster_services
 from apps.clusters.models import SlurmAccount
 from apps.clusters.services import Action
 from apps.core.errors import AdapterError
 from apps.jobs.views import HttpResponseSeeOther
 from apps.quotas import services
+from apps.quotas.forms import MonthForm, QuotaApplyForm, QuotaForm
 from apps.quotas.models import QuotaAlert, QuotaChange
 
 
@@ -58,17 +59,18 @@ class QuotaEditView(ActionRequiredMixin, TemplateView):
     def _account(self) -> SlurmAccount:
         return get_object_or_404(visible_accounts(self.request.user), pk=self.kwargs["pk"])
 
-    def _month(self, data: Any) -> Any:
-        raw = data.get("month")
-        try:
-            return parse_month(raw) if raw else current_month()
-        except ChargebackError as exc:
-            raise Http404(str(exc)) from None
+    @staticmethod
+    def _month(form: MonthForm) -> date:
+        error = form.month_error()
+        if error is not None:
+            raise Http404(error)
+        month: date = form.cleaned_data["month"]
+        return month
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
         account = self._account()
-        ctx.update(account=account, month=self._month(self.request.GET),
+        ctx.update(account=account, month=self._month(MonthForm(self.request.GET)),
                    changes=QuotaChange.objects.filter(account=account).select_related(
                        "actor")[:50],
                    usage=services.usage_for([account])[0], **_abilities(account))
@@ -76,32 +78,38 @@ class QuotaEditView(ActionRequiredMixin, TemplateView):
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         account, data = self._account(), request.POST
-        month = self._month(data)
+        step = data.get("step")
+        form = QuotaApplyForm(data) if step == "apply" else QuotaForm(data)
+        month = self._month(form)
         ctx: dict[str, Any] = {"account": account, "month": month, "hours": data.get("hours", ""),
                                "reason": data.get("reason", ""), "usage":
                                services.usage_for([account])[0],
                                "changes": QuotaChange.objects.filter(account=account)[:50],
                                **_abilities(account)}
-        if data.get("step") == "outside_change":
+        if step == "outside_change":
             return self._outside_change(request, account)
-        if data.get("step") == "apply":
-            return self._apply(request, account, month, ctx)
+        if step == "apply":
+            return self._apply(request, account, form, ctx)
+        if not form.is_valid():
+            ctx["error"] = form.first_error()
+            return render(request, self.template_name, ctx)
         try:
-            minutes = services.parse_hours(account, month, ctx["hours"])
+            minutes = services.quota_minutes(account, month, form.cleaned_data["hours"])
             ctx["preview"] = services.preview(account, month, minutes)
         except (services.QuotaError, AdapterError) as exc:
             ctx["error"] = str(exc)
         return render(request, self.template_name, ctx)
 
-    def _apply(self, request: HttpRequest, account: SlurmAccount, month: Any,
+    def _apply(self, request: HttpRequest, account: SlurmAccount, form: QuotaForm,
                ctx: dict[str, Any]) -> HttpResponse:
-        data = request.POST
+        if not form.is_valid():
+            ctx["error"] = f"Not applied: {form.first_error()}"
+            return render(request, self.template_name, ctx)
+        typed, month = form.cleaned_data, ctx["month"]
         try:
-            seen = _optional_int(data.get("seen_minutes", ""))
-            minutes = services.parse_hours(account, month, ctx["hours"])
-            quota = services.apply(account, month, minutes, seen,
-                                   _optional_int(data.get("seen_version", "")) or 0,
-                                   ctx["reason"], request.user)
+            minutes = services.quota_minutes(account, month, typed["hours"])
+            quota = services.apply(account, month, minutes, typed["seen_minutes"],
+                                   typed["seen_version"], typed["reason"], request.user)
         except services.QuotaConflict as exc:
             ctx["error"] = f"Not applied: {exc}"
             return render(request, self.template_name, ctx, status=409)
@@ -112,7 +120,6 @@ class QuotaEditView(ActionRequiredMixin, TemplateView):
         messages.success(request, f"{account.name} {month:%Y-%m}: {quota.gpu_hours_text} "
                                   f"{word}.")
         return HttpResponseSeeOther(reverse("quotas-home"))
-
 
     def _outside_change(self, request: HttpRequest, account: SlurmAccount) -> HttpResponse:
         """Demo only: change the simulated Slurm limit as an admin with sacctmgr would, then
@@ -133,11 +140,3 @@ def _abilities(account: SlurmAccount) -> dict[str, Any]:
             "cannot_write": cluster_services.cannot(cluster, Action.QUOTA_WRITE),
             "simulated": cluster.is_simulated}
 
-
-def _optional_int(raw: str) -> int | None:
-    raw = raw.strip()
-    if not raw:
-        return None
-    if not raw.lstrip("-").isdigit():
-        raise ValueError(f"{raw!r} is not a whole number")
-    return int(raw)

@@ -73,7 +73,7 @@ def world(db, slurm_account):
 def _set(account: SlurmAccount, hours: str, admin: User) -> Quota:
     """What the page does: preview (Slurm's dry run), then confirm with what was shown."""
     month = current_month()
-    minutes = services.parse_hours(account, month, hours)
+    minutes = services.quota_minutes(account, month, Decimal(hours))
     shown = services.preview(account, month, minutes)
     assert shown.command.startswith("sacctmgr -i modify account where name=beacon-quota")
     return services.apply(account, month, minutes, shown.old_minutes, shown.version,

@@ -77,11 +77,25 @@ def test_a_refusal_from_slurm_is_shown_and_nothing_is_applied(world, login, patc
 
 
 @pytest.mark.parametrize(("hours", "message"), [("-1", "cannot be negative"),
-                                                ("1e9", "absurd")])
+                                                ("1e9", "absurd"),
+                                                ("ten", "'ten' is not a number of GPU-hours")])
 def test_negative_and_absurd_values_are_refused_on_the_form(world, login, patched, nlp, hours,
                                                             message):
     page = _preview(login("staff"), nlp, hours=hours)
     assert message in page.context["error"] and "preview" not in page.context
+
+
+def test_a_bad_month_is_a_404_and_a_bad_seen_value_is_not_applied(world, login, patched, nlp):
+    client = login("staff")
+    url = reverse("quotas-edit", args=[nlp.pk])
+    bad_month = {"step": "preview", "month": "2026-13", "hours": "1"}
+    assert client.post(url, bad_month).status_code == 404
+    assert client.get(url, {"month": "nov"}).status_code == 404
+    page = client.post(url, {"step": "apply", "month": "2026-11", "hours": "100", "reason": "r",
+                             "seen_minutes": "x", "seen_version": "0"})
+    assert page.status_code == 200
+    assert page.context["error"] == "Not applied: 'x' is not a whole number"
+    assert not patched.calls
 
 
 def test_leads_cannot_set_quotas(world, login, patched, nlp):
