@@ -7,17 +7,13 @@ role may not do.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.views import View
 from django.views.generic import DetailView, ListView
 
@@ -25,6 +21,7 @@ from apps.accounts.permissions import VIEW, ActionRequiredMixin
 from apps.clusters.models import Cluster
 from apps.security import findings, services
 from apps.security.filters import FindingFilterSet
+from apps.security.forms import FindingActionForm
 from apps.security.models import Finding
 
 
@@ -98,35 +95,19 @@ class FindingTransitionView(ActionRequiredMixin, View):
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         finding = get_object_or_404(Finding.objects.visible_to(request.user), pk=pk)
-        data = request.POST
+        form = FindingActionForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, form.first_error())
+            return SeeOther(reverse("security-detail", args=[pk]))
+        typed = form.cleaned_data
         try:
-            findings.transition(finding, request.user, data.get("action", ""),
-                                reason=data.get("reason", ""), until=_when(data.get("until")),
-                                assignee=_admin(data.get("assignee")))
+            findings.transition(finding, request.user, typed["action"], reason=typed["reason"],
+                                until=typed["until"], assignee=typed["assignee"])
         except findings.LifecycleError as exc:
             messages.error(request, str(exc))
         else:
             messages.success(request, f"Finding {finding.status}.")
         return SeeOther(reverse("security-detail", args=[pk]))
-
-
-def _when(value: str | None) -> datetime | None:
-    """A date or a date and time from the form (dates end at midnight UTC)."""
-    if not value or len(value) > 40:
-        return None
-    try:
-        parsed = parse_datetime(value) or parse_datetime(f"{value}T00:00:00")
-    except ValueError:
-        return None
-    if parsed is not None and parsed.tzinfo is None:
-        parsed = timezone.make_aware(parsed, UTC)
-    return parsed
-
-
-def _admin(username: str | None) -> Any:
-    if not username:
-        return None
-    return get_user_model().objects.filter(username=username).first()
 
 
 class SeeOther(HttpResponseRedirect):
