@@ -7,6 +7,7 @@ from decimal import Decimal
 from django import forms
 
 from apps.analysis.chargeback import Policy
+from apps.chargeback.models import Rate
 from apps.core.forms import MessageForm
 
 
@@ -33,3 +34,14 @@ class TermsForm(MessageForm):
     def clean_waste_fee(self) -> Decimal:
         fee = self.cleaned_data["waste_fee"]
         return Decimal("0") if fee is None else fee
+
+
+class RateForm(forms.ModelForm):
+    """A rate of the rate card, added or edited by an admin (the model checks its dates)."""
+
+    class Meta:
+        model = Rate
+        fields = ["partition", "gpu_model", "price", "valid_from", "valid_until", "note"]
+        widgets = {"valid_from": forms.DateInput(attrs={"type": "date"}),
+                   "valid_until": forms.DateInput(attrs={"type": "date"})}
+        labels = {"gpu_model": "GPU model", "price": "Price per GPU-hour"}

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Any
 
-from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
@@ -25,7 +24,7 @@ from django.views.generic import TemplateView
 from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin
 from apps.analysis.chargeback import Policy
 from apps.chargeback import charts, reconciliation, services
-from apps.chargeback.forms import AdjustmentForm, TermsForm
+from apps.chargeback.forms import AdjustmentForm, RateForm, TermsForm
 from apps.chargeback.models import BillingPeriod, Rate, Reconciliation, Statement
 from apps.clusters import services as cluster_services
 from apps.clusters.models import Cluster
@@ -260,15 +259,6 @@ class ReconciliationDetailView(ActionRequiredMixin, TemplateView):
 
 
 # --- The rate card ------------------------------------------------------------------------------
-
-
-class RateForm(forms.ModelForm):
-    class Meta:
-        model = Rate
-        fields = ["partition", "gpu_model", "price", "valid_from", "valid_until", "note"]
-        widgets = {"valid_from": forms.DateInput(attrs={"type": "date"}),
-                   "valid_until": forms.DateInput(attrs={"type": "date"})}
-        labels = {"gpu_model": "GPU model", "price": "Price per GPU-hour"}
 
 
 class RatesView(ActionRequiredMixin, TemplateView):
