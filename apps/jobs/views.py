@@ -21,10 +21,10 @@ from apps.core.errors import AdapterError
 from apps.core.paging import keyset_page
 from apps.jobs import presenters, services, traces
 from apps.jobs.filters import JobFilterSet
+from apps.jobs.forms import JobListForm
 from apps.jobs.models import Job, JobMetrics
 
 PAGE_SIZE = 50
-SCOPES = ("mine", "team", "all")
 
 
 class JobListView(ActionRequiredMixin, TemplateView):
@@ -36,22 +36,18 @@ class JobListView(ActionRequiredMixin, TemplateView):
         ctx = super().get_context_data(**kwargs)
         user = signed_in(self.request)
         led = lead_team_ids(user)
-        scope = self.request.GET.get("scope", "mine")
-        if scope not in SCOPES:
-            scope = "mine"
+        choices = JobListForm(self.request.GET).choices()
+        scope, grouped = choices.scope, choices.grouped
         jobs = Job.objects.visible_to(user)
         if scope == "mine":
             jobs = jobs.filter(user=user)
         elif scope == "team":
             jobs = jobs.filter(team_id__in=led)
         filterset = JobFilterSet(self.request.GET, queryset=jobs)
-        grouped = self.request.GET.get("group", "arrays") != "tasks" and \
-            not self.request.GET.get("q")
         rows = presenters.list_rows(filterset.qs, grouped)
         # the team scope reads each led team's (team, -submit_time) index on its own
         split = ("team_id", led) if scope == "team" else None
-        page = keyset_page(rows, self.request.GET.get("after", ""), PAGE_SIZE, "submit_time",
-                           split)
+        page = keyset_page(rows, choices.after, PAGE_SIZE, "submit_time", split)
         query = self.request.GET.copy()
         query.pop("after", None)
         ctx.update(

@@ -1,0 +1,38 @@
+"""The job list's own query parameters (scope, grouping, page cursor), read as typed values.
+The column filters are ``filters.JobFilterSet``'s. An unknown value falls back to the default,
+so a stale bookmark still opens the page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django import forms
+
+SCOPES = ("mine", "team", "all")
+
+
+@dataclass(frozen=True)
+class ListChoices:
+    scope: str  # one of SCOPES
+    grouped: bool  # array tasks folded into one row (not when searching)
+    after: str  # the keyset cursor, as ``core.paging.keyset_page`` reads it
+
+
+class JobListForm(forms.Form):
+    # strip=False: the values are compared as sent, as before forms came.
+    scope = forms.CharField(required=False, strip=False)
+    group = forms.CharField(required=False, strip=False)
+    q = forms.CharField(required=False, strip=False)
+    after = forms.CharField(required=False, strip=False)
+
+    def clean_scope(self) -> str:
+        scope = self.cleaned_data["scope"]
+        return scope if scope in SCOPES else "mine"
+
+    def choices(self) -> ListChoices:
+        """Always answers: a field that failed (a null character) takes its default."""
+        self.is_valid()
+        data = self.cleaned_data
+        return ListChoices(scope=data.get("scope", "mine"),
+                           grouped=data.get("group", "") != "tasks" and not data.get("q", ""),
+                           after=data.get("after", ""))
