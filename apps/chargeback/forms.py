@@ -2,13 +2,36 @@
 
 from __future__ import annotations
 
+from datetime import date
 from decimal import Decimal
 
 from django import forms
 
 from apps.analysis.chargeback import Policy
 from apps.chargeback.models import Rate
+from apps.chargeback.services import ChargebackError, current_month, parse_month
+from apps.clusters.models import Cluster
 from apps.core.forms import MessageForm
+
+
+class MonthForm(MessageForm):
+    """``month`` as ``YYYY-MM``; blank means this month. The view answers 404 when it is invalid."""
+
+    # strip=False: " " was refused before forms came, and still is.
+    month = forms.CharField(required=False, strip=False)
+
+    def clean_month(self) -> date:
+        raw = self.cleaned_data["month"]
+        try:
+            return parse_month(raw) if raw else current_month()
+        except ChargebackError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def month_error(self) -> str | None:
+        """Why the month was refused, or None (validates the form if not yet done)."""
+        self.is_valid()
+        errors = self.errors.get("month")
+        return str(errors[0]) if errors else None
 
 
 class AdjustmentForm(MessageForm):
@@ -34,6 +57,14 @@ class TermsForm(MessageForm):
     def clean_waste_fee(self) -> Decimal:
         fee = self.cleaned_data["waste_fee"]
         return Decimal("0") if fee is None else fee
+
+
+class ReconcileForm(forms.Form):
+    """Which cluster to compare with Slurm's own report (admins: every cluster)."""
+
+    cluster = forms.ModelChoiceField(queryset=Cluster.objects.all(), to_field_name="name",
+                                     error_messages={"required": "no such cluster",
+                                                     "invalid_choice": "no such cluster"})
 
 
 class RateForm(forms.ModelForm):

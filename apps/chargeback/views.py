@@ -24,7 +24,7 @@ from django.views.generic import TemplateView
 from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin
 from apps.analysis.chargeback import Policy
 from apps.chargeback import charts, reconciliation, services
-from apps.chargeback.forms import AdjustmentForm, RateForm, TermsForm
+from apps.chargeback.forms import AdjustmentForm, MonthForm, RateForm, ReconcileForm, TermsForm
 from apps.chargeback.models import BillingPeriod, Rate, Reconciliation, Statement
 from apps.clusters import services as cluster_services
 from apps.clusters.models import Cluster
@@ -35,13 +35,11 @@ from apps.jobs.views import HttpResponseSeeOther
 
 def _month(request: HttpRequest) -> date:
     """``?month=YYYY-MM`` (this month when absent); a bad value is a 404, not a guess."""
-    raw = request.GET.get("month") or request.POST.get("month")
-    if not raw:
-        return services.current_month()
-    try:
-        return services.parse_month(raw)
-    except services.ChargebackError as exc:
-        raise Http404(str(exc)) from None
+    form = MonthForm({"month": request.GET.get("month") or request.POST.get("month")})
+    if (error := form.month_error()) is not None:
+        raise Http404(error)
+    month: date = form.cleaned_data["month"]
+    return month
 
 
 def _nav(month: date) -> dict[str, str]:
@@ -231,9 +229,10 @@ class ReconcileView(_AdminPost):
     def post(self, request: HttpRequest) -> HttpResponse:
         month = _month(request)
         where = reverse("chargeback-home") + f"?month={month:%Y-%m}#reconcile"
-        cluster = Cluster.objects.filter(name=request.POST.get("cluster", "")).first()
-        if cluster is None:
-            return self.done(request, None, ValueError("no such cluster"), where)
+        form = ReconcileForm(request.POST)
+        if not form.is_valid():
+            return self.done(request, None, ValueError(form.errors["cluster"][0]), where)
+        cluster: Cluster = form.cleaned_data["cluster"]
         if why := cluster_services.cannot(cluster, Action.RECONCILE):
             return self.done(request, None, ValueError(f"{cluster.name}: {why}"), where)
         try:

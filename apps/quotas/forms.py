@@ -5,33 +5,11 @@ date, GPU-hours as a Decimal, seen values as ints). The checks against the month
 from __future__ import annotations
 
 import re
-from datetime import date
 from decimal import Decimal, InvalidOperation
 
 from django import forms
 
-from apps.chargeback.services import ChargebackError, current_month, parse_month
-from apps.core.forms import MessageForm
-
-
-class MonthForm(MessageForm):
-    """``month`` as ``YYYY-MM``; blank means this month. The view answers 404 when it is invalid."""
-
-    # strip=False: " " was refused before forms came, and still is.
-    month = forms.CharField(required=False, strip=False)
-
-    def clean_month(self) -> date:
-        raw = self.cleaned_data["month"]
-        try:
-            return parse_month(raw) if raw else current_month()
-        except ChargebackError as exc:
-            raise forms.ValidationError(str(exc)) from None
-
-    def month_error(self) -> str | None:
-        """Why the month was refused, or None (validates the form if not yet done)."""
-        self.is_valid()
-        errors = self.errors.get("month")
-        return str(errors[0]) if errors else None
+from apps.chargeback.forms import MonthForm
 
 
 class QuotaForm(MonthForm):

@@ -8,7 +8,8 @@ from decimal import Decimal
 import pytest
 
 from apps.analysis.chargeback import Policy
-from apps.chargeback.forms import AdjustmentForm, RateForm, TermsForm
+from apps.chargeback.forms import AdjustmentForm, RateForm, ReconcileForm, TermsForm
+from apps.clusters.models import Cluster
 
 RATE = {"partition": "gpu", "gpu_model": "h100", "price": "2.5", "valid_from": "2026-11-01",
         "valid_until": "", "note": ""}
@@ -62,3 +63,15 @@ def test_terms(policy, fee, typed, error):
         assert (form.cleaned_data["policy"], form.cleaned_data["waste_fee"]) == typed
     else:
         assert not form.is_valid() and form.first_error() == error
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("name", "error"), [("gpu-a", None), ("gpu-z", "no such cluster"),
+                                             ("", "no such cluster")])
+def test_reconcile(name, error):
+    cluster = Cluster.objects.create(name="gpu-a")
+    form = ReconcileForm({"cluster": name})
+    if error is None:
+        assert form.is_valid() and form.cleaned_data["cluster"] == cluster
+    else:
+        assert not form.is_valid() and form.errors["cluster"] == [error]

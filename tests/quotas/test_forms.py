@@ -7,8 +7,9 @@ from decimal import Decimal
 
 import pytest
 
+from apps.chargeback.forms import MonthForm
 from apps.chargeback.services import current_month
-from apps.quotas.forms import MonthForm, QuotaApplyForm, QuotaForm
+from apps.quotas.forms import QuotaApplyForm, QuotaForm
 
 
 @pytest.mark.parametrize(("raw", "month", "error"), [
