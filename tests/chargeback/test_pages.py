@@ -117,6 +117,17 @@ def test_reconciling_a_cluster_without_slurm_says_why(drafts, login, world):
     assert "has no Slurm backend" in page.content.decode()
 
 
+@pytest.mark.parametrize("name", ["no-such-cluster", ""])
+def test_reconciling_an_unknown_cluster_says_so(drafts, login, world, name):
+    page = login("staff").post(reverse("chargeback-reconcile"),
+                               {"month": "2026-11", "cluster": name}, follow=True)
+    assert "no such cluster" in page.content.decode()
+
+
+def test_a_bad_month_is_a_404_on_the_chargeback_pages(drafts, login, world):
+    assert login("staff").get(reverse("chargeback-home"), {"month": "2026-13"}).status_code == 404
+
+
 def test_the_statement_says_where_the_waste_came_from(drafts, login, world):
     archive(world.jobs["tom"], 0.9, waiting=0.1)  # efficient: not listed
     page = login("alice").get(reverse("chargeback-statement", args=[drafts["nlp"].pk]))
