@@ -73,7 +73,8 @@ def world(db, slurm_account):
 def _set(account: SlurmAccount, hours: str, admin: User) -> Quota:
     """What the page does: preview (Slurm's dry run), then confirm with what was shown."""
     month = current_month()
-    minutes = services.quota_minutes(account, month, Decimal(hours))
+    # "" is a blank field on the page: no limit
+    minutes = services.quota_minutes(account, month, Decimal(hours) if hours else None)
     shown = services.preview(account, month, minutes)
     assert shown.command.startswith("sacctmgr -i modify account where name=beacon-quota")
     return services.apply(account, month, minutes, shown.old_minutes, shown.version,
