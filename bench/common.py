@@ -78,6 +78,7 @@ class ChildRun:
     returncode: int
     stdout: str
     stderr: str
+    cpu_seconds: float = 0.0  # user + system, its own: less swayed by other load than wall
 
     def check(self, what: str) -> ChildRun:
         """Raise a BenchError naming ``what`` with the end of its output if it failed."""
@@ -106,7 +107,7 @@ def run_child(cmd: Sequence[str], env: dict[str, str] | None = None,
         out.seek(0)
         err.seek(0)
         return ChildRun(seconds, usage.ru_maxrss / 1024, proc.returncode, out.read(),
-                        err.read())
+                        err.read(), usage.ru_utime + usage.ru_stime)
 
 
 # --- Machine ---------------------------------------------------------------------------

@@ -144,7 +144,7 @@ def detect_once(gpus: int, data_dir: Path) -> dict[str, Any]:
     child: ChildRun = run_child(cmd, env).check(f"manage.py detect ({gpus} GPUs)")
     count1, seconds1 = _server_counters()
     found = json.loads(child.stdout)
-    return {"seconds": child.seconds, "rss_mb": child.peak_rss_mb,
+    return {"seconds": child.seconds, "rss_mb": child.peak_rss_mb, "cpu_s": child.cpu_seconds,
             "queries": round(count1 - count0),
             "server_s": seconds1 - seconds0,
             "found": {(f["rule"], f["entity"]["node"], f["entity"]["gpu"]) for f in found}}
@@ -174,12 +174,13 @@ def _result(quick: bool, sizes: tuple[int, ...], repeats: int, loaded: dict[int,
         wall = stats([r["seconds"] for r in runs[gpus]])
         rss = max(r["rss_mb"] for r in runs[gpus])
         server = stats([r["server_s"] for r in runs[gpus]])
+        cpu = stats([r["cpu_s"] for r in runs[gpus]])
         expected = data.Layout(gpus).expected()
         exact = all(r["found"] == expected for r in runs[gpus])
         ok_found &= exact
         last = runs[gpus][-1]
         rows.append([f"{gpus:,}", wall.text(" s"), f"{wall.median / gpus * 1000:.2f} ms",
-                     f"{rss:.0f} MB", server.text(" s"), last["queries"],
+                     f"{rss:.0f} MB", cpu.text(" s"), server.text(" s"), last["queries"],
                      f"{len(last['found'])} of {len(expected)} planted"
                      + ("" if exact else f" (**differs**: {sorted(last['found'])[:6]})")])
     big = max(sizes)
@@ -208,12 +209,15 @@ def _result(quick: bool, sizes: tuple[int, ...], repeats: int, loaded: dict[int,
             "server": f"Prometheus 2.42 on loopback (var/bench-detect-prometheus); "
                       f"backfilled with promtool: {backfill}",
         },
-        columns=["GPUs", "wall time", "per GPU", "peak RSS", "Prometheus answering",
-                 "queries", "findings"],
+        columns=["GPUs", "wall time", "per GPU", "peak RSS", "command's CPU",
+                 "Prometheus answering", "queries", "findings"],
         rows=rows, checks=checks,
         notes=["\"Prometheus answering\" is the server's own time on the queries "
                "(prometheus_http_request_duration_seconds): the rest of the wall time is "
-               "Beacon's (process start, decoding, the frame, the rules, the database)."],
+               "Beacon's (process start, decoding, the frame, the rules, the database). "
+               "\"command's CPU\" is the detect process's own user + system seconds "
+               "(wait4): on a machine other work shares, wall time is pessimistic and this "
+               "is the steadier figure of Beacon's own cost."],
     )
 
 
