@@ -24,7 +24,8 @@ telemetry from its start), so the stage replays only the jobs that matter and st
 
 What is stored for a job is what the full replay stores for it (same checks, same code);
 a kind the archive shows no sign of is not looked for (docs/diagnosis.md measures what
-that leaves out on the demo month). Loading again stores nothing new.
+that leaves out on the demo month). Loading again stores nothing new, and replays only the
+jobs whose picked kinds are not all stored yet.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from apps.clusters.models import Cluster
 from apps.guardrails import replay, sizing
 from apps.guardrails.alerts import store_replayed
 from apps.guardrails.live import alert_config, is_interactive
-from apps.guardrails.models import PolicyAction
+from apps.guardrails.models import Alert, PolicyAction
 from apps.guardrails.policy import ACTOR, config_for, policy_config
 from apps.jobs.models import Job, JobFinding, JobMetrics, JobMetricSummary
 
@@ -58,7 +59,7 @@ def replay_guardrails(cluster: Cluster, telemetry: Path, now: datetime, step: fl
                       days: float = DAYS) -> dict[str, Any]:
     """Replay the picked jobs, store their alerts and policy steps, then the digests."""
     config = alert_config()
-    picked = pick(cluster, now, config, days)
+    picked = _not_stored(pick(cluster, now, config, days))
     stats: dict[str, Any] = {"jobs": len(picked), "checks": 0, "alerts": 0, "policy_steps": 0}
     if telemetry.is_dir() and picked:
         jobs = Job.objects.filter(pk__in=picked).select_related("cluster")
@@ -139,10 +140,23 @@ def longest_idle(busy: list[float | None], idle_below: float) -> int:
 
 def _enough(kinds: set[str], r: replay.Replayed) -> bool:
     """Everything the job was picked for is raised (for an idle job: the policy ended too)."""
+    return _all_there(kinds, set(r.alerts), bool(r.policy and r.policy[-1][1] == "cancel"))
+
+
+def _all_there(kinds: set[str], raised: set[str], cancelled: bool) -> bool:
     want = {"gpus_idle" if k == "idle" else k for k in kinds}
-    if not want <= set(r.alerts):
-        return False
-    return "idle" not in kinds or bool(r.policy and r.policy[-1][1] == "cancel")
+    return want <= raised and ("idle" not in kinds or cancelled)
+
+
+def _not_stored(picked: dict[int, set[str]]) -> dict[int, set[str]]:
+    """The picked jobs a load before did not finish (loading again replays only those)."""
+    raised: dict[int, set[str]] = {}
+    for job_id, kind in Alert.objects.filter(job_id__in=picked).values_list("job_id", "kind"):
+        raised.setdefault(job_id, set()).add(kind)
+    cancelled = set(PolicyAction.objects.filter(
+        job_id__in=picked, action=PolicyAction.Action.CANCELLED).values_list("job_id", flat=True))
+    return {pk: kinds for pk, kinds in picked.items()
+            if not _all_there(kinds, raised.get(pk, set()), pk in cancelled)}
 
 
 # --- Storing ----------------------------------------------------------------------------------

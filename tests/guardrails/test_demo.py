@@ -101,3 +101,5 @@ def test_loading_again_stores_nothing_new(loaded, folder):
     assert again.stages["guardrails"]["alerts"] == 0
     assert again.stages["guardrails"]["policy_steps"] == 0
     assert _rows() == before
+    # jobs with everything they were picked for stored are not replayed again
+    assert again.stages["guardrails"]["jobs"] < loaded.stages["guardrails"]["jobs"]
