@@ -13,6 +13,7 @@ from django.views import View
 from django.views.generic import DetailView, TemplateView
 
 from apps.accounts import tokens
+from apps.accounts.forms import TokenForm
 from apps.accounts.models import ApiToken, Contact, Membership, Team
 from apps.accounts.permissions import VIEW, ActionRequiredMixin, signed_in
 from apps.jobs.models import Job
@@ -69,11 +70,14 @@ class ApiTokensView(ActionRequiredMixin, TemplateView):
         return ctx
 
     def post(self, request: HttpRequest) -> HttpResponse:
+        form = TokenForm(request.POST)
         try:
-            token, key = tokens.create(request.user, request.POST.get("name", ""), request)
+            if not form.is_valid():
+                raise tokens.TokenError(" ".join(str(e) for e in form.errors.get("name", [])))
+            token, key = tokens.create(request.user, form.cleaned_data["name"], request)
         except tokens.TokenError as exc:
             return self.render_to_response(self.get_context_data(
-                error=str(exc), name=request.POST.get("name", "")), status=400)
+                error=str(exc), name=form.cleaned_data.get("name", "")), status=400)
         # rendered, not redirected: the key must never be stored to survive a redirect
         response = self.render_to_response(self.get_context_data(new_token=token, new_key=key))
         response["Cache-Control"] = "no-store"

@@ -54,3 +54,15 @@ class TeamSettingForm(forms.ModelForm):
 class ExemptJobForm(forms.Form):
     reason = forms.CharField(max_length=300)
 
+
+
+class AlertScopeForm(forms.Form):
+    """My alerts' ``?scope=``: "mine", or "team" (a lead's teams; every job for an admin). An
+    unknown value, or one the user may not take, falls back to "mine", so a stale bookmark
+    still opens."""
+
+    scope = forms.CharField(required=False)
+
+    def scope_for(self, may_see_teams: bool) -> str:
+        scope = self.cleaned_data.get("scope", "") if self.is_valid() else ""
+        return "team" if scope == "team" and may_see_teams else "mine"

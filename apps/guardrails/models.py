@@ -12,7 +12,7 @@ the idle-job policy did.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self, TypeVar
 
 from django.conf import settings
 from django.db import models
@@ -21,17 +21,24 @@ from django.db.models import Q
 from apps.accounts.models import Membership
 
 WEBHOOK_FORMATS = (("slack", "Slack"), ("mattermost", "Mattermost"))
+_M = TypeVar("_M", bound=models.Model)
 
 
-class AlertQuerySet(models.QuerySet["Alert"]):
-    def visible_to(self, user: Any) -> AlertQuerySet:
-        """Alerts follow jobs: own alerts; a lead's team's; everything for admins."""
+class FollowsJobQuerySet(models.QuerySet[_M]):
+    """Rows about one job (alerts, policy steps) are seen by whoever sees the job: its owner,
+    a lead of its team, and admins."""
+
+    def visible_to(self, user: Any) -> Self:
         if not getattr(user, "is_active", False) or not user.is_authenticated:
             return self.none()
         if user.is_staff:
             return self.all()
         led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
         return self.filter(Q(job__user=user) | Q(job__team_id__in=led))
+
+
+class AlertQuerySet(FollowsJobQuerySet["Alert"]):
+    pass
 
 
 class Alert(models.Model):
@@ -178,14 +185,8 @@ class Exemption(models.Model):
         return f"{self.get_kind_display()} {self.value}"
 
 
-class PolicyActionQuerySet(models.QuerySet["PolicyAction"]):
-    def visible_to(self, user: Any) -> PolicyActionQuerySet:
-        if not getattr(user, "is_active", False) or not user.is_authenticated:
-            return self.none()
-        if user.is_staff:
-            return self.all()
-        led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
-        return self.filter(Q(job__user=user) | Q(job__team_id__in=led))
+class PolicyActionQuerySet(FollowsJobQuerySet["PolicyAction"]):
+    pass
 
 
 class PolicyAction(models.Model):

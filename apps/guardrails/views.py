@@ -22,7 +22,7 @@ from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin, lead_tea
 from apps.audit import services as audit
 from apps.audit.models import AuditEvent
 from apps.guardrails import policy
-from apps.guardrails.forms import ExemptJobForm, PreferenceForm, TeamSettingForm
+from apps.guardrails.forms import AlertScopeForm, ExemptJobForm, PreferenceForm, TeamSettingForm
 from apps.guardrails.models import Alert, AlertPreference, Exemption, Message, TeamAlertSetting
 from apps.jobs.models import Job
 from apps.jobs.views import HttpResponseSeeOther
@@ -39,16 +39,16 @@ class AlertListView(ActionRequiredMixin, TemplateView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
         user = signed_in(self.request)
-        scope = self.request.GET.get("scope", "mine")
+        leads = lead_team_ids(user)
+        scope = AlertScopeForm(self.request.GET).scope_for(bool(leads) or user.is_staff)
         alerts: QuerySet[Alert] = Alert.objects.visible_to(user).select_related(
             "job", "job__cluster", "message")
-        if scope == "mine" or (scope == "team" and not lead_team_ids(user)
-                               and not user.is_staff):
-            scope, alerts = "mine", alerts.filter(job__user=user)
-        elif scope == "team" and not user.is_staff:
-            alerts = alerts.filter(job__team_id__in=lead_team_ids(user))
+        if scope == "mine":
+            alerts = alerts.filter(job__user=user)
+        elif not user.is_staff:
+            alerts = alerts.filter(job__team_id__in=leads)
         mine = Message.objects.visible_to(user).filter(user=user)
-        ctx.update(scope=scope, alerts=alerts[:PAGE], can_team=bool(lead_team_ids(user)),
+        ctx.update(scope=scope, alerts=alerts[:PAGE], can_team=bool(leads),
                    sent=mine[:50], digests=latest_digests(mine), policy_mode=policy.mode(),
                    simulated=any(a.status == Alert.Status.SIMULATED for a in alerts[:PAGE]))
         return ctx

@@ -15,6 +15,9 @@
 # holds our listen address.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+NAME=node-exporter.sh
+# shellcheck source=deploy/dev/pidfile.sh
+. "$ROOT/deploy/dev/pidfile.sh"
 PORT=${NODE_EXPORTER_PORT:-19100}
 SYSFS=${NODE_EXPORTER_SYSFS:-/sys}
 PROCFS=${NODE_EXPORTER_PROCFS:-/proc}
@@ -37,17 +40,6 @@ install_if_missing() {
   apt-get -o DPkg::Lock::Timeout=900 update -q
   apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends prometheus-node-exporter
 }
-
-our_pid() {
-  [ -f "$PIDFILE" ] || return 1
-  local pid
-  pid=$(cat "$PIDFILE")
-  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "--web.listen-address=$LISTEN" || return 1
-  echo "$pid"
-}
-
-alive() { [ -d "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
 
 serving() { curl -fsS -m 2 "$URL/metrics" >/dev/null 2>&1; }
 
@@ -75,18 +67,6 @@ start() {
     sleep 0.25
   done
   echo "node-exporter.sh: not serving after 30 s; see $LOG" >&2
-  return 1
-}
-
-stop() {
-  local pid
-  if ! pid=$(our_pid); then rm -f "$PIDFILE"; return 0; fi
-  kill -TERM "$pid"
-  for _ in $(seq 1 120); do
-    alive "$pid" || { rm -f "$PIDFILE"; return 0; }
-    sleep 0.25
-  done
-  echo "node-exporter.sh: pid $pid did not stop within 30 s" >&2
   return 1
 }
 

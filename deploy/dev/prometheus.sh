@@ -13,6 +13,9 @@
 # their own, which scrapes node_exporter and a dcgm-exporter-shaped endpoint on loopback).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+NAME=prometheus.sh
+# shellcheck source=deploy/dev/pidfile.sh
+. "$ROOT/deploy/dev/pidfile.sh"
 PORT=${PROM_PORT:-9091}
 BASE=${PROM_DIR:-$ROOT/var/prometheus}
 DATA=$BASE/data
@@ -35,19 +38,6 @@ install_if_missing() {
   apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends prometheus
   # The package starts its own unit on :9090; we never use it, and leave it as the system has it.
 }
-
-our_pid() {
-  # Prints the pid only if it is alive and still is our Prometheus (pid reuse guard).
-  [ -f "$PIDFILE" ] || return 1
-  local pid
-  pid=$(cat "$PIDFILE")
-  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "--web.listen-address=$LISTEN" || return 1
-  echo "$pid"
-}
-
-# alive PID: the process exists and is not a zombie (PID 1 may reap slowly)
-alive() { [ -d "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
 
 ready() { curl -fsS -m 2 "$URL/-/ready" >/dev/null 2>&1; }
 
@@ -84,18 +74,6 @@ start() {
     </dev/null >"$LOG" 2>&1 &
   echo $! >"$PIDFILE"
   wait_ready
-}
-
-stop() {
-  local pid
-  if ! pid=$(our_pid); then rm -f "$PIDFILE"; return 0; fi
-  kill -TERM "$pid"
-  for _ in $(seq 1 120); do
-    alive "$pid" || { rm -f "$PIDFILE"; return 0; }
-    sleep 0.25
-  done
-  echo "prometheus.sh: pid $pid did not stop within 30 s" >&2
-  return 1
 }
 
 backfill() {

@@ -154,7 +154,11 @@ def fetch_nodes(client: PrometheusClient, catalogue: Catalogue, hosts: Iterable[
         return
     p = telemetry.plan
     sel = [Matcher.host(catalogue.node_label, hosts), *_cluster(catalogue)]
-    rate_window = duration(max(p.step, 4 * catalogue.scrape_interval))
+    # The bucket plus one scrape, less a millisecond: the samples from the previous point's
+    # time to this one, so each adjacent pair is counted once, as the file path does (range
+    # selectors include both ends in Prometheus 2). Four scrapes, as it was, spread the previous
+    # job's traffic on a node over the next job's first points.
+    rate_window = duration(p.step + catalogue.scrape_interval - 0.001)
     failures: list[QueryFailure] = []
     for name, (expr, _unit) in catalogue.node_queries(sel, rate_window).items():
         result = read_narrowly(failures, name, expr, partial(

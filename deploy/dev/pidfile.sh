@@ -1,0 +1,30 @@
+# Sourced by the dev scripts that start a server on loopback (prometheus.sh, node-exporter.sh).
+# They need PIDFILE (where the started pid is kept), LISTEN (host:port, as passed to
+# --web.listen-address) and NAME (for messages). Never kills by process name: the pid file is
+# trusted only while /proc/<pid>/cmdline still holds our listen address (pid reuse guard).
+
+our_pid() {
+  # Prints the pid only if it is alive and still is our server.
+  [ -f "$PIDFILE" ] || return 1
+  local pid
+  pid=$(cat "$PIDFILE")
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "--web.listen-address=$LISTEN" || return 1
+  echo "$pid"
+}
+
+# alive PID: the process exists and is not a zombie (PID 1 may reap slowly)
+alive() { [ -d "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+
+stop() {
+  # TERM our server and wait up to 30 s for it to go; nothing to do when it is not ours.
+  local pid
+  if ! pid=$(our_pid); then rm -f "$PIDFILE"; return 0; fi
+  kill -TERM "$pid"
+  for _ in $(seq 1 120); do
+    alive "$pid" || { rm -f "$PIDFILE"; return 0; }
+    sleep 0.25
+  done
+  echo "$NAME: pid $pid did not stop within 30 s" >&2
+  return 1
+}
