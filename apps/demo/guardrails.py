@@ -36,7 +36,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from apps.analysis import compact
 from apps.analysis.guardrails import AlertConfig
@@ -57,7 +57,9 @@ STEPS = {"warn": PolicyAction.Action.WARNED, "clear": PolicyAction.Action.CLEARE
 
 def replay_guardrails(cluster: Cluster, telemetry: Path, now: datetime, step: float,
                       days: float = DAYS) -> dict[str, Any]:
-    """Replay the picked jobs, store their alerts and policy steps, then the digests."""
+    """Replay the picked jobs (a check every ``step`` seconds: the telemetry step, as
+    ``guardrail_report`` looks by default), store their alerts and policy steps, then write
+    last week's digests."""
     config = alert_config()
     picked = _not_stored(pick(cluster, now, config, days))
     stats: dict[str, Any] = {"jobs": len(picked), "checks": 0, "alerts": 0, "policy_steps": 0}
@@ -103,7 +105,7 @@ def pick(cluster: Cluster, now: datetime, config: AlertConfig,
     return picked
 
 
-def idle_jobs(jobs: Any, config: AlertConfig) -> set[int]:
+def idle_jobs(jobs: QuerySet[Job], config: AlertConfig) -> set[int]:
     """Jobs with a GPU whose stored series holds a run of idle samples spanning the shorter
     of the idle alert's and the policy's thresholds (at least two samples: an idle run is
     counted between them), as the alert counts a run."""
