@@ -164,6 +164,17 @@ class Statement(TimeStampedModel, GpuHours):
     def __str__(self) -> str:
         return f"{self.team.slug} {self.period.label} ({self.status})"
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Refuse any write to a row that is final in the database (finalising is allowed)."""
+        if self.pk and Statement.objects.filter(pk=self.pk, status=self.Status.FINAL).exists():
+            raise ImmutableStatement(f"statement {self} is final: add an adjustment instead")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        if Statement.objects.filter(pk=self.pk, status=self.Status.FINAL).exists():
+            raise ImmutableStatement(f"statement {self} is final and cannot be deleted")
+        return super().delete(*args, **kwargs)
+
     @property
     def is_final(self) -> bool:
         return self.status == self.Status.FINAL
@@ -185,17 +196,6 @@ class Statement(TimeStampedModel, GpuHours):
     @property
     def total_due(self) -> Decimal:
         return self.amount + self.adjustments_total
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse any write to a row that is final in the database (finalising is allowed)."""
-        if self.pk and Statement.objects.filter(pk=self.pk, status=self.Status.FINAL).exists():
-            raise ImmutableStatement(f"statement {self} is final: add an adjustment instead")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
-        if Statement.objects.filter(pk=self.pk, status=self.Status.FINAL).exists():
-            raise ImmutableStatement(f"statement {self} is final and cannot be deleted")
-        return super().delete(*args, **kwargs)
 
 
 class StatementLineQuerySet(models.QuerySet["StatementLine"]):
