@@ -80,6 +80,7 @@ def test_the_policy_dry_run_and_the_digest_are_shown_marked_simulated(loaded, cl
     html = client.get(reverse("jobs-detail", args=[step.job.cluster.name, step.job.job_id])) \
         .content.decode()
     assert step.get_action_display() in html and "dry run" in html
+    assert "replayed as a dry run on the simulated cluster: nothing was cancelled" in html
     digest = Message.objects.filter(kind=Message.Kind.DIGEST).select_related("user").first()
     assert digest is not None and digest.simulated and digest.channels == []
     assert Digest.objects.filter(user=digest.user, message=digest).exists()
