@@ -95,6 +95,10 @@ class AlertConfig:
     idle_below: float = 0.05  # busy share under which a sample is idle
     memory_held_mib: float = 1024.0
     min_run_minutes: int = 30  # a verdict over less of a run is noise
+    # ... or over fewer scrape windows per GPU: on coarse telemetry (hourly) the first check
+    # holds one sample per GPU, and one window's wait shares named a straggler in a healthy
+    # 2-GPU job that the later checks (and its archive) cleared.
+    min_samples: int = 2
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,8 @@ def evaluate(view: LiveJob, config: AlertConfig = AlertConfig()) -> list[Raised]
                 if run.memory_mib is not None and run.memory_mib >= config.memory_held_mib}
         if held:
             raised.append(_memory_alert(held))
-    long_enough = view.now - view.start >= config.min_run_minutes * 60
+    long_enough = (view.now - view.start >= config.min_run_minutes * 60
+                   and min((len(t.times) for t in view.gpus), default=0) >= config.min_samples)
     if long_enough and view.straggler is not None:
         raised.append(_straggler_alert(view))
     if long_enough and view.stall is not None:
