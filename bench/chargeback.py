@@ -26,6 +26,7 @@ from decimal import Decimal
 from typing import Any
 
 from bench.common import Check, Result, cli, database_url, ensure_database, setup_django, stats
+from bench.fill import migrate, teams_and_users
 
 DB_URL = database_url("chargeback")
 TEAMS, USERS_PER_TEAM = 50, 10
@@ -60,30 +61,15 @@ GROUP BY j.team_id, j.user_name, j.partition, j.gpu_types
 """
 
 
-def _migrate() -> None:
-    """Migrate; a database left by another checkout's migrations is made anew."""
-    from django.core.management import call_command
-    from django.db import DatabaseError, connection
-
-    try:
-        call_command("migrate", verbosity=0)
-    except DatabaseError:
-        connection.close()
-        ensure_database(DB_URL, fresh=True)
-        call_command("migrate", verbosity=0)
-
-
 def _fill(n_jobs: int) -> dict[str, Any]:
     """Teams, users, jobs and archived splits; reused when the job count already matches."""
-    from django.contrib.auth.models import User
     from django.db import connection
 
-    from apps.accounts.models import Membership, Team
     from apps.chargeback.models import Rate
     from apps.clusters.models import Cluster
     from apps.jobs.models import Job
 
-    _migrate()
+    migrate(DB_URL)
     cluster, _ = Cluster.objects.get_or_create(name="bench")
     if Job.objects.count() == n_jobs:
         return {"reused": True, "fill_s": 0.0}
@@ -92,13 +78,7 @@ def _fill(n_jobs: int) -> dict[str, Any]:
         cur.execute("TRUNCATE chargeback_statementline, chargeback_statement, "
                     "chargeback_billingperiod, chargeback_rate, jobs_jobmetrics, jobs_job, "
                     "accounts_membership, accounts_team, auth_user CASCADE")
-    users = []
-    for t in range(TEAMS):
-        team = Team.objects.create(slug=f"team{t:02d}", name=f"Team {t:02d}")
-        for u in range(USERS_PER_TEAM):
-            user = User.objects.create(username=f"u{t:02d}{u}")
-            users.append((user, team))
-            Membership.objects.create(user=user, team=team, role="lead" if u == 0 else "member")
+    users = teams_and_users(TEAMS, USERS_PER_TEAM)
     Rate.objects.create(price=Decimal("2.0000"), valid_from=date(2026, 1, 1))
     Rate.objects.create(price=Decimal("3.5000"), gpu_model="h100", valid_from=date(2026, 1, 1))
     _copy_jobs(cluster.pk, users, n_jobs)

@@ -19,7 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,7 @@ class ChildRun:
     returncode: int
     stdout: str
     stderr: str
+    cpu_seconds: float = 0.0  # user + system, its own: less swayed by other load than wall
 
     def check(self, what: str) -> ChildRun:
         """Raise a BenchError naming ``what`` with the end of its output if it failed."""
@@ -105,7 +107,7 @@ def run_child(cmd: Sequence[str], env: dict[str, str] | None = None,
         out.seek(0)
         err.seek(0)
         return ChildRun(seconds, usage.ru_maxrss / 1024, proc.returncode, out.read(),
-                        err.read())
+                        err.read(), usage.ru_utime + usage.ru_stime)
 
 
 # --- Machine ---------------------------------------------------------------------------
@@ -207,6 +209,71 @@ def require_tool(name: str, install: str) -> str:
     if not path:
         raise BenchError(f"`{name}` is not installed; {install}")
     return path
+
+
+def free_port() -> int:
+    """A port nobody listens on now: other checkouts run their own Prometheus too."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class BenchPrometheus:
+    """A benchmark's own loopback Prometheus 2.42 (``deploy/dev/prometheus.sh``).
+
+    Loading data with promtool restarts the server, which the shared instance on 9091 must
+    not suffer while tests use it: each benchmark runs its own, on ``BENCH_PROM_PORT`` (else
+    a free port), with its data in ``data_dir`` (kept, so datasets are backfilled once).
+    """
+
+    SCRIPT = ROOT / "deploy" / "dev" / "prometheus.sh"
+
+    def __init__(self, data_dir: Path) -> None:
+        self.port = int(os.environ.get("BENCH_PROM_PORT") or free_port())
+        self.data_dir = data_dir
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def script(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PROM_PORT": str(self.port), "PROM_DIR": str(self.data_dir)}
+        return subprocess.run([str(self.SCRIPT), *args], env=env, capture_output=True,
+                              text=True)
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Started here if it is not running, and then stopped after."""
+        install = "install Debian's prometheus package (it brings promtool)"
+        require_tool("prometheus", install)
+        require_tool("promtool", install)
+        started = self.script("status").returncode != 0
+        if started:
+            up = self.script("up")
+            if up.returncode != 0:
+                raise BenchError(f"could not start the bench's Prometheus on {self.url} "
+                                 f"(BENCH_PROM_PORT): {(up.stderr or up.stdout).strip()[-800:]}")
+        try:
+            yield
+        finally:
+            if started:
+                self.script("down")
+
+    def has(self, selector: str, at: float) -> bool:
+        """Whether ``selector`` (a dataset's marker series) has a sample at ``at``."""
+        import requests
+
+        try:
+            body = requests.get(f"{self.url}/api/v1/query",
+                                params={"query": selector, "time": at}, timeout=10).json()
+        except (requests.RequestException, ValueError) as exc:
+            raise BenchError(f"Prometheus at {self.url} does not answer: {exc}") from None
+        return bool(body.get("data", {}).get("result"))
+
+    def backfill(self, *files: Path) -> None:
+        """OpenMetrics files into TSDB blocks, queryable when this returns."""
+        done = self.script("backfill", *map(str, files))
+        if done.returncode != 0:
+            raise BenchError(f"promtool backfill failed: {done.stderr.strip()[-800:]}")
 
 
 # --- Results ---------------------------------------------------------------------------

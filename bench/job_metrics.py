@@ -1,7 +1,8 @@
 """Job-page metrics against the floor, on a real Prometheus 2.42 (issue 5).
 
-1. The bench runs its own loopback Prometheus (``deploy/dev/prometheus.sh`` with
-   ``PROM_PORT=$BENCH_PROM_PORT`` (default: a free port) and ``PROM_DIR=var/bench-prometheus``):
+1. The bench runs its own loopback Prometheus (``common.BenchPrometheus``:
+   ``deploy/dev/prometheus.sh`` with ``PROM_PORT=$BENCH_PROM_PORT`` (default: a free port)
+   and ``PROM_DIR=var/bench-prometheus``):
    loading data with promtool restarts the server, which the shared instance on 9091 must
    not suffer while tests use it. It is started if it is not up, and stopped at the end if
    this run started it. Its data is kept, so the dataset is backfilled only once.
@@ -26,13 +27,8 @@ from __future__ import annotations
 import gc
 import json
 import math
-import os
-import socket
-import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -41,26 +37,16 @@ import requests
 from bench.common import (
     ROOT,
     BenchError,
+    BenchPrometheus,
     Check,
     Result,
     cli,
-    require_tool,
     setup_django,
     stats,
 )
 
-
-def _free_port() -> int:
-    """A port nobody listens on now: other checkouts run their own Prometheus too."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-PROM_PORT = int(os.environ.get("BENCH_PROM_PORT") or _free_port())
-PROM_DIR = ROOT / "var" / "bench-prometheus"
-URL = f"http://127.0.0.1:{PROM_PORT}"
-SCRIPT = ROOT / "deploy" / "dev" / "prometheus.sh"
+PROM = BenchPrometheus(ROOT / "var" / "bench-prometheus")
+PROM_DIR, URL = PROM.data_dir, PROM.url
 STEP = 30
 T0 = 1_791_590_400  # 2026-10-10 00:00 UTC, inside the server's 400-day retention
 HOURS, NODES, JOB = 24, 8, "7001"
@@ -73,37 +59,8 @@ DEFAULT_MAX_SAMPLES = 50_000_000
 # --- The bench's own Prometheus ---------------------------------------------------------
 
 
-def _script(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PROM_PORT": str(PROM_PORT), "PROM_DIR": str(PROM_DIR)}
-    return subprocess.run([str(SCRIPT), *args], env=env, capture_output=True, text=True)
-
-
-@contextmanager
-def private_prometheus() -> Iterator[None]:
-    """Prometheus on ``URL``: started here if it is not running, and then stopped after."""
-    install = "install Debian's prometheus package (it brings promtool)"
-    require_tool("prometheus", install)
-    require_tool("promtool", install)
-    started = _script("status").returncode != 0
-    if started:
-        up = _script("up")
-        if up.returncode != 0:
-            raise BenchError(f"could not start the bench's Prometheus on {URL} "
-                             f"(BENCH_PROM_PORT): {(up.stderr or up.stdout).strip()[-800:]}")
-    try:
-        yield
-    finally:
-        if started:
-            _script("down")
-
-
 def _has_dataset() -> bool:
-    try:
-        body = requests.get(f"{URL}/api/v1/query", params={"query": MARKER, "time": T0 + 1},
-                            timeout=10).json()
-    except (requests.RequestException, ValueError) as exc:
-        raise BenchError(f"Prometheus at {URL} does not answer: {exc}") from None
-    return bool(body.get("data", {}).get("result"))
+    return PROM.has(MARKER, T0 + 1)
 
 
 def _load_dataset() -> float:
@@ -118,9 +75,7 @@ def _load_dataset() -> float:
             _write_day(out)
         with week.open("w") as out:
             _write_week(out)
-        done = _script("backfill", str(day), str(week))
-        if done.returncode != 0:
-            raise BenchError(f"promtool backfill failed: {done.stderr.strip()[-800:]}")
+        PROM.backfill(day, week)
     if not _has_dataset():
         raise BenchError(f"the backfilled dataset is not queryable on {URL}")
     return time.perf_counter() - started
@@ -320,7 +275,7 @@ def main(quick: bool) -> Result:
     repeats = 3 if quick else 7
     from apps.core.errors import AdapterError
 
-    with tempfile.TemporaryDirectory() as data_dir, private_prometheus():
+    with tempfile.TemporaryDirectory() as data_dir, PROM.running():
         setup_django(data_dir)  # archive.analyse sits in a Django app (no database used)
         try:
             loaded = _load_dataset()

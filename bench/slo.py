@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bench.common import BenchError, Check, Result, cli, database_url, ensure_database, stats
+from bench.fill import migrate, teams_and_users
 
 DB_URL = database_url("slo")
 TEAMS, USERS_PER_TEAM = 50, 10
@@ -48,28 +49,15 @@ def _setup(data_dir: str) -> None:
     django.setup()
 
 
-def _migrate() -> None:
-    from django.core.management import call_command
-    from django.db import DatabaseError, connection
-
-    try:
-        call_command("migrate", verbosity=0)
-    except DatabaseError:
-        connection.close()
-        ensure_database(DB_URL, fresh=True)
-        call_command("migrate", verbosity=0)
-
-
 def _fill(n_jobs: int) -> dict[str, Any]:
     """Teams, users, jobs and archived splits; reused when the job count already matches."""
     from django.contrib.auth.models import User
     from django.db import connection
 
-    from apps.accounts.models import Membership, Team
     from apps.clusters.models import Cluster
     from apps.jobs.models import Job
 
-    _migrate()
+    migrate(DB_URL)
     cluster, _ = Cluster.objects.get_or_create(name="bench")
     if Job.objects.count() == n_jobs:
         _default_objectives()
@@ -78,13 +66,7 @@ def _fill(n_jobs: int) -> dict[str, Any]:
     with connection.cursor() as cur:
         cur.execute("TRUNCATE slo_scorecard, slo_snapshot, slo_alert, jobs_jobmetrics, jobs_job, "
                     "accounts_membership, accounts_team, auth_user CASCADE")
-    users = []
-    for t in range(TEAMS):
-        team = Team.objects.create(slug=f"team{t:02d}", name=f"Team {t:02d}")
-        for u in range(USERS_PER_TEAM):
-            user = User.objects.create(username=f"u{t:02d}{u}")
-            users.append((user, team))
-            Membership.objects.create(user=user, team=team, role="lead" if u == 0 else "member")
+    users = teams_and_users(TEAMS, USERS_PER_TEAM)
     User.objects.create(username="benchadmin", is_staff=True)
     _copy_jobs(cluster.pk, users, n_jobs)
     _copy_metrics()

@@ -89,6 +89,25 @@ class BillingPeriod(TimeStampedModel):
 # --- Statements -------------------------------------------------------------------------------
 
 
+class GpuHours(models.Model):
+    """The GPU-hours split and its price, as a statement totals it and as each line has it
+    (``apps.analysis.chargeback``: allocated = useful + waiting + held idle + no process +
+    unmeasured; charged follows the statement's policy)."""
+
+    allocated_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+    useful_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+    waiting_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+    held_idle_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+    no_process_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+    unmeasured_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+    charged_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+    amount = models.DecimalField(max_digits=16, decimal_places=2, default=0)
+    useful_amount = models.DecimalField(max_digits=16, decimal_places=2, default=0)
+
+    class Meta:
+        abstract = True
+
+
 class StatementQuerySet(models.QuerySet["Statement"]):
     def visible_to(self, user: Any) -> StatementQuerySet:
         """Leads see their teams' statements, admins all; researchers see none (they see
@@ -111,7 +130,7 @@ class StatementQuerySet(models.QuerySet["Statement"]):
         return super().delete()
 
 
-class Statement(TimeStampedModel):
+class Statement(TimeStampedModel, GpuHours):
     """One team's chargeback for one month: usage lines plus adjustment lines.
 
     The totals are the usage lines' sums (``apps.analysis.chargeback.totals``); adjustments
@@ -134,15 +153,6 @@ class Statement(TimeStampedModel):
     finalised_at = models.DateTimeField(null=True, blank=True)
     finalised_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                      on_delete=models.SET_NULL, related_name="+")
-    allocated_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    useful_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    waiting_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    held_idle_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    no_process_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    unmeasured_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    charged_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    amount = models.DecimalField(max_digits=16, decimal_places=2, default=0)
-    useful_amount = models.DecimalField(max_digits=16, decimal_places=2, default=0)
 
     objects = StatementQuerySet.as_manager()
 
@@ -153,6 +163,17 @@ class Statement(TimeStampedModel):
 
     def __str__(self) -> str:
         return f"{self.team.slug} {self.period.label} ({self.status})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Refuse any write to a row that is final in the database (finalising is allowed)."""
+        if self.pk and Statement.objects.filter(pk=self.pk, status=self.Status.FINAL).exists():
+            raise ImmutableStatement(f"statement {self} is final: add an adjustment instead")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        if Statement.objects.filter(pk=self.pk, status=self.Status.FINAL).exists():
+            raise ImmutableStatement(f"statement {self} is final and cannot be deleted")
+        return super().delete(*args, **kwargs)
 
     @property
     def is_final(self) -> bool:
@@ -176,17 +197,6 @@ class Statement(TimeStampedModel):
     def total_due(self) -> Decimal:
         return self.amount + self.adjustments_total
 
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        """Refuse any write to a row that is final in the database (finalising is allowed)."""
-        if self.pk and Statement.objects.filter(pk=self.pk, status=self.Status.FINAL).exists():
-            raise ImmutableStatement(f"statement {self} is final: add an adjustment instead")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
-        if Statement.objects.filter(pk=self.pk, status=self.Status.FINAL).exists():
-            raise ImmutableStatement(f"statement {self} is final and cannot be deleted")
-        return super().delete(*args, **kwargs)
-
 
 class StatementLineQuerySet(models.QuerySet["StatementLine"]):
     def _touches_final(self) -> bool:
@@ -203,7 +213,7 @@ class StatementLineQuerySet(models.QuerySet["StatementLine"]):
         return super().delete()
 
 
-class StatementLine(models.Model):
+class StatementLine(GpuHours):
     """A usage line (a user, partition and GPU model over one rate segment) or an adjustment.
 
     Usage lines are written by ``services.refresh_statements`` only. An adjustment is an
@@ -222,17 +232,8 @@ class StatementLine(models.Model):
     gpu_model = models.CharField(max_length=64, blank=True)
     start = models.DateTimeField(null=True, blank=True)
     end = models.DateTimeField(null=True, blank=True)
-    allocated_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    useful_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    waiting_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    held_idle_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    no_process_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    unmeasured_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
-    charged_hours = models.DecimalField(max_digits=16, decimal_places=4, default=0)
     price = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True,
                                 help_text="Per GPU-hour; empty: no rate applied")
-    amount = models.DecimalField(max_digits=16, decimal_places=2, default=0)
-    useful_amount = models.DecimalField(max_digits=16, decimal_places=2, default=0)
     description = models.CharField(max_length=500, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
                                    on_delete=models.SET_NULL, related_name="+")

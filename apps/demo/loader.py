@@ -2,7 +2,8 @@
 
 Nothing here writes jobs, metrics or traces itself: the folder is a Slurm ``files``
 backend for the sync, a prolog history for ``import_gpu_map``, telemetry files for the
-archive's ``OpenMetricsSource`` and trace folders for ``import_trace``. This module only
+archive's ``OpenMetricsSource`` (and the guardrails' replay, ``apps/demo/guardrails.py``)
+and trace folders for ``import_trace``. This module only
 creates what a site's admin would set up by hand (the cluster row, teams, users,
 contacts) and runs the importers in order. Every step is idempotent.
 """
@@ -32,6 +33,7 @@ from apps.chargeback.models import Rate
 from apps.clusters import labels, sync
 from apps.clusters.models import Cluster, SlurmAccount
 from apps.core.batch import fewer_collections
+from apps.demo.guardrails import replay_guardrails
 from apps.jobs import archive, traces
 from apps.jobs.models import Job, JobMetrics, TraceRun
 from apps.security.services import detect_simulated
@@ -112,6 +114,9 @@ def _steps(cluster: Cluster, folder: Path,
     yield "archive", lambda: archive_telemetry(cluster, folder / "telemetry", report, now)
     yield "traces", lambda: import_traces(cluster, folder / "traces", report)
     yield "security", lambda: detect_simulated(cluster, folder, now)
+    # what the guardrails' beat would have said (it skips simulated clusters), marked simulated
+    step = float(cluster.metric_labels.get("scrape_interval") or 600)
+    yield "guardrails", lambda: replay_guardrails(cluster, folder / "telemetry", now, step)
     yield "chargeback", lambda: chargeback(cluster, now)
     yield "slo", lambda: evaluate_slos(now)
 

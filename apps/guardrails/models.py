@@ -110,6 +110,8 @@ class Message(models.Model):
     error = models.TextField(blank=True)
     created_at = models.DateTimeField()
     sent_at = models.DateTimeField(null=True, blank=True)
+    simulated = models.BooleanField(
+        default=False, help_text="written for a simulated cluster (the demo): never sent")
 
     objects = MessageQuerySet.as_manager()
 

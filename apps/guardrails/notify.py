@@ -12,7 +12,7 @@ platform-wide one), outside the user's rate limit.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -226,3 +226,15 @@ def send_notice(kind: str, user: Any, subject: str, body: str, now: datetime,
     if not emails and not hooks:
         return None
     return _send(kind, user, emails, subject, body, hooks, now)
+
+
+def record_simulated(kind: str, user: Any, subject: str, body: str, now: datetime,
+                     jobs: Sequence[Job] = ()) -> Message:
+    """``send_notice``'s twin for a simulated cluster (the demo): the message is stored,
+    marked simulated, and sent nowhere; the My alerts page shows it."""
+    return Message.objects.create(kind=kind, user=user, subject=subject[:200], body=body,
+                                  created_at=now, simulated=True)
+
+
+# send_notice or record_simulated
+Deliver = Callable[[str, Any, str, str, datetime], "Message | None"]

@@ -23,7 +23,15 @@ from typing import Any
 from django.db.models import QuerySet
 
 from apps.analysis.guardrails import AlertConfig, Raised, all_idle_since, evaluate
-from apps.analysis.guardrails_policy import CANCEL, CLEAR, WARN, PolicyConfig, PolicyState, decide
+from apps.analysis.guardrails_policy import (
+    CANCEL,
+    CLEAR,
+    WARN,
+    Decision,
+    PolicyConfig,
+    PolicyState,
+    decide,
+)
 from apps.analysis.timeseries import Series, Window
 from apps.clusters.adapters.telemetry import GpuInterval, JobTelemetry, plan
 from apps.clusters.models import Cluster, Node
@@ -43,15 +51,25 @@ class Replayed:
     checks: int = 0
     alerts: dict[str, tuple[float, Raised]] = field(default_factory=dict)
     policy: list[tuple[float, str]] = field(default_factory=list)  # (when, step), as a dry run
+    decisions: list[tuple[float, Decision]] = field(default_factory=list)  # the same steps, whole
     end: float = 0.0
     gpus: float = 0.0
+
+
+Enough = Callable[[Job, Replayed], bool]  # enough of this job's replay?
 
 
 def replay(cluster: Cluster, telemetry: Path, now: datetime, every: float,
            config: AlertConfig, policy: PolicyConfig | None = None,
            jobs: QuerySet[Job] | None = None,
-           progress: Callable[[int, int], None] | None = None) -> Iterator[Replayed]:
-    """Each started GPU job of ``cluster`` (or ``jobs``) as the beat would have seen it."""
+           progress: Callable[[int, int], None] | None = None,
+           enough: Enough | None = None) -> Iterator[Replayed]:
+    """Each started GPU job of ``cluster`` (or ``jobs``) as the beat would have seen it.
+
+    ``enough(job, replayed)``, asked after each check, ends a job's replay early when it says
+    nothing more is wanted (the demo's stage: once what a job was picked for is raised);
+    the checks before it are the same either way.
+    """
     jobs = jobs if jobs is not None else Job.objects.filter(
         cluster=cluster, gpu_equivalent__gt=0, start_time__isnull=False)
     rows = {str(j.job_id): j for j in jobs.select_related("cluster").order_by("pk")}
@@ -64,7 +82,7 @@ def replay(cluster: Cluster, telemetry: Path, now: datetime, every: float,
                 for key, job in rows.items()]
     for done, (key, read) in enumerate(source.stream(requests), start=1):
         yield _replay_job(rows[key], read, windows[key], source.catalogue.scrape_interval,
-                          every, (config, policy or PolicyConfig()), stall_rules, cpus)
+                          every, (config, policy or PolicyConfig()), stall_rules, cpus, enough)
         if progress:
             progress(done, len(rows))
 
@@ -102,7 +120,7 @@ def check_times(window: Window, every: float) -> list[float]:
 
 def _replay_job(job: Job, read: JobTelemetry, window: Window, scrape: float, every: float,
                 configs: tuple[AlertConfig, PolicyConfig], stall_rules: StallRules,
-                cpus: dict[str, int]) -> Replayed:
+                cpus: dict[str, int], enough: Enough | None = None) -> Replayed:
     """Each check's alerts (the first firing per kind) and the idle-job policy's steps, as
     a dry run with no exemption: warned, withdrawn, cancelled (then the job would end)."""
     config, policy = configs[0], config_for(job, configs[1])
@@ -120,8 +138,9 @@ def _replay_job(job: Job, read: JobTelemetry, window: Window, scrape: float, eve
         step = decide(PolicyState(t, all_idle_since(view, config.idle_below), warned), policy)
         if step.action in (WARN, CLEAR, CANCEL):
             result.policy.append((t, step.action))
+            result.decisions.append((t, step))
             warned = t if step.action == WARN else None
-        if step.action == CANCEL:
+        if step.action == CANCEL or (enough is not None and enough(job, result)):
             break
     return result
 

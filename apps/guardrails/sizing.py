@@ -11,7 +11,9 @@ nodes' peak memory where the job held them whole) and sends the digests:
   behind most of it.
 
 Weeks run from Monday 00:00 UTC; the first run of a week sends the week before. A digest
-row per recipient and week (unique) makes a second run send nothing.
+row per recipient and week (unique) makes a second run send nothing. On a simulated cluster
+(the demo) the digests are written, marked simulated, and never sent: the My alerts page
+shows them.
 """
 
 from __future__ import annotations
@@ -36,10 +38,16 @@ from apps.analysis.guardrails_sizing import (
     recommend,
     waste_by_kind,
 )
-from apps.clusters.models import Node
+from apps.clusters.models import Cluster, Node
 from apps.core.runs import tracked_run
 from apps.guardrails.models import AlertPreference, Digest, Message, TeamAlertSetting
-from apps.guardrails.notify import job_url, preferences_url, send_notice
+from apps.guardrails.notify import (
+    Deliver,
+    job_url,
+    preferences_url,
+    record_simulated,
+    send_notice,
+)
 from apps.jobs.models import Job, JobMetrics, JobMetricSummary
 
 log = logging.getLogger(__name__)
@@ -123,9 +131,11 @@ def last_week(now: datetime) -> tuple[date, datetime, datetime]:
     return monday, start, start + timedelta(days=7)
 
 
-def week_jobs(start: datetime, end: datetime) -> list[Job]:
-    """GPU jobs that ended in ``[start, end)``, with their summaries and nodes."""
-    return list(Job.objects.filter(end_time__gte=start, end_time__lt=end,
+def week_jobs(start: datetime, end: datetime, cluster: Cluster | None = None) -> list[Job]:
+    """GPU jobs that ended in ``[start, end)`` (on ``cluster``, when given), with their
+    summaries and nodes."""
+    jobs = Job.objects.filter(cluster=cluster) if cluster is not None else Job.objects.all()
+    return list(jobs.filter(end_time__gte=start, end_time__lt=end,
                                    start_time__isnull=False, gpu_equivalent__gt=0)
                 .exclude(state__in=Job.ACTIVE_STATES)
                 .select_related("cluster", "user", "team")
@@ -138,11 +148,16 @@ def worth_telling(advice: JobAdvice) -> bool:
         r.kind in ("time", "mem") for r in advice.recommendations)
 
 
-def send_digests(now: datetime) -> dict[str, Any]:
-    """Last week's digests to users and leads (each once); the run's stats."""
+def send_digests(now: datetime, simulated: Cluster | None = None) -> dict[str, Any]:
+    """Last week's digests to users and leads (each once); the run's stats.
+
+    ``simulated``: a simulated cluster (the demo, at its simulated "now"): only its jobs,
+    and each digest is stored as a simulated message instead of being sent.
+    """
     monday, start, end = last_week(now)
+    deliver = record_simulated if simulated is not None else send_notice
     with tracked_run("guardrails_digest", target=str(monday)) as run:
-        advice = [a for a in _advise(week_jobs(start, end)) if a.recommendations]
+        advice = [a for a in _advise(week_jobs(start, end, simulated)) if a.recommendations]
         stats: dict[str, Any] = {"week": str(monday), "jobs": len(advice),
                                  "user_digests": 0, "team_digests": 0, "no_address": 0}
         by_user: dict[int, list[JobAdvice]] = {}
@@ -151,13 +166,14 @@ def send_digests(now: datetime) -> dict[str, Any]:
                 by_user.setdefault(a.job.user_id, []).append(a)
         users = get_user_model().objects.in_bulk(list(by_user))
         for user_id, items in by_user.items():
-            _count(stats, "user_digests", _user_digest(users[user_id], items, monday, now))
+            _count(stats, "user_digests",
+                   _user_digest(users[user_id], items, monday, now, deliver))
         by_team: dict[int, list[JobAdvice]] = {}
         for a in advice:
             if a.job.team_id:
                 by_team.setdefault(a.job.team_id, []).append(a)
         for team in Team.objects.filter(pk__in=list(by_team)):
-            for sent in _team_digests(team, by_team[team.pk], monday, now):
+            for sent in _team_digests(team, by_team[team.pk], monday, now, deliver):
                 _count(stats, "team_digests", sent)
         run.stats = stats
     return stats
@@ -181,8 +197,8 @@ def _claim(kind: str, user: Any, team: Team | None, monday: date, items: Sequenc
         return None  # sent by an earlier run
 
 
-def _user_digest(user: Any, items: list[JobAdvice], monday: date,
-                 now: datetime) -> bool | None:
+def _user_digest(user: Any, items: list[JobAdvice], monday: date, now: datetime,
+                 deliver: Deliver = send_notice) -> bool | None:
     pref = AlertPreference.objects.filter(user=user).first()
     if pref is not None and not pref.digest:
         return None
@@ -190,7 +206,7 @@ def _user_digest(user: Any, items: list[JobAdvice], monday: date,
     if digest is None:
         return None
     subject, body = user_digest_text(items, monday)
-    digest.message = send_notice(Message.Kind.DIGEST, user, subject, body, now)
+    digest.message = deliver(Message.Kind.DIGEST, user, subject, body, now)
     digest.save(update_fields=["message"])
     return digest.message is not None
 
@@ -215,8 +231,8 @@ def user_digest_text(items: Sequence[JobAdvice], monday: date) -> tuple[str, str
     return f"[Beacon] Right-sizing your GPU jobs: week of {monday:%Y-%m-%d}", "\n".join(lines)
 
 
-def _team_digests(team: Team, items: list[JobAdvice], monday: date,
-                  now: datetime) -> Iterator[bool]:
+def _team_digests(team: Team, items: list[JobAdvice], monday: date, now: datetime,
+                  deliver: Deliver = send_notice) -> Iterator[bool]:
     """Each lead's digest: True once sent, False when the lead has no address."""
     setting = TeamAlertSetting.objects.filter(team=team).first()
     if setting is not None and not setting.lead_digest:
@@ -226,7 +242,7 @@ def _team_digests(team: Team, items: list[JobAdvice], monday: date,
                                        user__is_active=True).select_related("user"):
         if _claim(Digest.Kind.TEAM, m.user, team, monday, items) is None:
             continue
-        message = send_notice(Message.Kind.TEAM_DIGEST, m.user, subject, body, now)
+        message = deliver(Message.Kind.TEAM_DIGEST, m.user, subject, body, now)
         Digest.objects.filter(kind=Digest.Kind.TEAM, user=m.user, team=team, week=monday) \
             .update(message=message)
         yield message is not None

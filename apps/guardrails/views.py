@@ -47,10 +47,18 @@ class AlertListView(ActionRequiredMixin, TemplateView):
             alerts = alerts.filter(job__user=user)
         elif not user.is_staff:
             alerts = alerts.filter(job__team_id__in=leads)
+        mine = Message.objects.visible_to(user).filter(user=user)
         ctx.update(scope=scope, alerts=alerts[:PAGE], can_team=bool(leads),
-                   sent=Message.objects.visible_to(user).filter(user=user)[:50],
-                   policy_mode=policy.mode())
+                   sent=mine[:50], digests=latest_digests(mine), policy_mode=policy.mode(),
+                   simulated=any(a.status == Alert.Status.SIMULATED for a in alerts[:PAGE]))
         return ctx
+
+
+def latest_digests(messages: QuerySet[Message]) -> list[Message]:
+    """The user's latest right-sizing digest and latest team digest (a lead's), if any."""
+    kinds = (Message.Kind.DIGEST, Message.Kind.TEAM_DIGEST)
+    latest = (messages.filter(kind=kind).order_by("-created_at", "-id").first() for kind in kinds)
+    return [m for m in latest if m is not None]
 
 
 class PreferenceView(ActionRequiredMixin, TemplateView):

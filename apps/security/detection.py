@@ -56,7 +56,7 @@ from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.slurm import SlurmClient
 from apps.clusters.adapters.slurm.parse import expand_hostlist
 from apps.clusters.models import Cluster, Node
-from apps.core.batch import forked
+from apps.core.batch import fewer_collections, forked
 from apps.core.errors import AdapterError
 from apps.jobs.archive_sources import catalogue_for
 from apps.jobs.models import Job, JobGpu
@@ -80,6 +80,10 @@ from apps.security.models import (
 log = logging.getLogger(__name__)
 MAX_SKIPPED = 200
 _DRAINED = ("drain", "maint", "down", "fail", "reboot")
+# No collection while the frame is read and built (``batch.fewer_collections``): it makes
+# millions of small objects and no cycles (10,000 GPUs: 2 M points, 350,000 buckets), and
+# each collection only walked them again: 40 % of that CPU time (bench detect_scale).
+_FRAME_GC_THRESHOLD = 10**9
 
 
 @dataclass
@@ -304,6 +308,13 @@ def _allocation(job: Job) -> Allocation:
 def _frame(cluster: Cluster, start: datetime, until: datetime,
            allocations: tuple[Allocation, ...], sources: Sources,
            report: RunReport) -> Frame | None:
+    with fewer_collections(_FRAME_GC_THRESHOLD):
+        return _read_frame(cluster, start, until, allocations, sources, report)
+
+
+def _read_frame(cluster: Cluster, start: datetime, until: datetime,
+                allocations: tuple[Allocation, ...], sources: Sources,
+                report: RunReport) -> Frame | None:
     try:
         catalogue = catalogue_for(cluster)
         raw = _raw_telemetry(cluster, catalogue, start.timestamp(), until.timestamp(),

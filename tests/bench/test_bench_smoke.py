@@ -55,6 +55,7 @@ FAILURES = {
     "db_size": POSTGRES_DOWN,
     "chargeback": POSTGRES_DOWN,
     "slo": POSTGRES_DOWN,
+    "detect_scale": ({"PATH": "{empty}"}, "`prometheus` is not installed"),
 }
 
 

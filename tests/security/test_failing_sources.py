@@ -84,7 +84,7 @@ def test_one_refused_query_costs_its_measure_only():
 def test_a_timed_out_or_rejected_query_is_narrow_too(error):
     prom = Prom(refuse=("node_cpu_seconds_total",), error=error)
     raw = from_prometheus(prom, Catalogue(), T0, T0 + 1800, 60)  # type: ignore[arg-type]
-    assert [f.measure for f in raw.failures] == ["cpu_cores", "cpu_busy"]
+    assert [f.measure for f in raw.failures] == ["cpu_cores", "cpu_idle"]
     assert raw.failures[0].error.startswith(error.detail.split(":")[0])
 
 

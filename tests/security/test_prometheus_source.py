@@ -4,6 +4,8 @@ Prometheus is exercised in tests/integration/test_security_prometheus.py."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from apps.analysis.timeseries import Series
@@ -37,9 +39,9 @@ class FakeProm:
                                                  tuple((t, 4e9) for t in times))
                                           for dev in ("mlx5_0", "mlx5_1")])
         if "node_cpu_seconds_total" in expr:
-            cores = " - sum by" not in expr
+            cores = expr.startswith("count by")  # else the idle cores' rate
             return QueryResult("matrix", [Series("", {"instance": "gpu01:9100"},
-                                                 tuple((t, 96.0 if cores else 93.0)
+                                                 tuple((t, 96.0 if cores else 3.0)
                                                        for t in times))])
         return QueryResult("matrix", [])
 
@@ -147,3 +149,37 @@ def test_jobs_one_after_the_other_in_a_bucket_are_owners_not_sharers():
     frame, _ = build_frame(labelled, Catalogue(), Grid(T0, 900, 1), [], {}, set())
     point = frame.gpus[0].points[0]
     assert point.owners == ("1", "2", "3") and point.together == ("1", "3")
+
+
+def test_a_frame_bucket_averages_each_measure_and_keeps_owners_mig_and_ties_apart():
+    from apps.analysis.timeseries import GpuKey
+    from apps.security.adapters.telemetry import RawTelemetry
+
+    def gpu(measure: str, gpu_index: str, points: tuple[tuple[float, float], ...],
+            **labels: str) -> tuple[str, Series]:
+        return measure, Series("", {"Hostname": "n1", "gpu": gpu_index, **labels}, points)
+
+    raw = RawTelemetry(60)
+    raw.gpus += [
+        # util: two values in bucket 0, a NaN and one value in bucket 1, one past the grid
+        gpu("gpu_util", "0", ((T0 + 10, 0.2), (T0 + 60, 0.4), (T0 + 70, math.nan),
+                              (T0 + 90, 0.9), (T0 + 400, 1.0)), hpc_job="7"),
+        # memory at instants: job 7 alone, then 7 and 8 at T0+100, then 9 and 7 at T0+110
+        gpu("fb_used", "0", ((T0 + 30, 100.0), (T0 + 100, 200.0), (T0 + 110, 300.0)),
+            hpc_job="7"),
+        gpu("fb_used", "0", ((T0 + 100, 50.0),), hpc_job="8"),
+        gpu("fb_used", "0", ((T0 + 110, 10.0),), hpc_job="9"),
+        gpu("power", "1", ((T0 + 150, 300.0),), GPU_I_ID="1"),  # a MIG instance, bucket 2
+        gpu("power", "1", ((T0 + 20, 100.0),)),
+        gpu("power", "2", ((T0 + 500, 100.0),)),  # nothing inside the grid: not in the frame
+    ]
+    frame, stats = build_frame(raw, Catalogue(), Grid(T0, 60, 3), [], {}, set())
+    assert [(g.host, g.gpu) for g in frame.gpus] == [("n1", 0), ("n1", 1)] and stats.gpus == 2
+    first, second = frame.gpus[0].points
+    assert (first.t, first.util, first.fb_mib, first.owners) == (T0 + 60, 0.30000000000000004,
+                                                                 100.0, ("7",))
+    assert (second.util, second.fb_mib, second.sm) == (0.9, 140.0, None)
+    assert second.owners == ("7", "8", "9") and second.together == ("7", "8")  # first tie
+    mig = {p.t: p.mig for p in frame.gpus[1].points}
+    assert mig == {T0 + 60: False, T0 + 180: True} and frame.gpus[1].points[0].free
+    assert GpuKey("n1", 2) not in {GpuKey(g.host, g.gpu) for g in frame.gpus}
