@@ -41,6 +41,7 @@ from bench.common import (
     stats,
     table_sizes,
 )
+from bench.fill import migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 DB_URL = database_url("joblist")
@@ -50,19 +51,6 @@ PORT = int(os.environ.get("BENCH_PORT", "8765"))
 WORKERS = os.cpu_count() or 2
 TEAMS, USERS_PER_TEAM = 50, 10
 LUA_SCRIPT = Path(__file__).with_name("wrk_report.lua")
-
-
-def _migrate() -> None:
-    """Migrate; a database left by another checkout's migrations is made anew."""
-    from django.core.management import call_command
-    from django.db import DatabaseError, connection
-
-    try:
-        call_command("migrate", verbosity=0)
-    except DatabaseError:
-        connection.close()
-        ensure_database(DB_URL, fresh=True)
-        call_command("migrate", verbosity=0)
 
 
 # Bump when the fill below changes: a database filled by an older version is filled anew.
@@ -80,7 +68,7 @@ def _fill(n_jobs: int) -> dict[str, Any]:
     from apps.clusters.models import Cluster
     from apps.jobs.models import Job
 
-    _migrate()
+    migrate(DB_URL)
     name = f"bench-fill{FILL_VERSION}"
     if Cluster.objects.filter(name=name).exists() and Job.objects.count() == n_jobs:
         return {"reused": True, "fill_s": 0.0}

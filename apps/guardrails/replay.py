@@ -50,10 +50,14 @@ class Replayed:
     measured: bool = False
     checks: int = 0
     alerts: dict[str, tuple[float, Raised]] = field(default_factory=dict)
-    policy: list[tuple[float, str]] = field(default_factory=list)  # (when, step), as a dry run
-    decisions: list[tuple[float, Decision]] = field(default_factory=list)  # the same steps, whole
+    decisions: list[tuple[float, Decision]] = field(default_factory=list)  # policy steps, dry run
     end: float = 0.0
     gpus: float = 0.0
+
+    @property
+    def policy(self) -> list[tuple[float, str]]:
+        """The policy's steps as (when, action): warn, clear, cancel."""
+        return [(t, d.action) for t, d in self.decisions]
 
 
 Enough = Callable[[Job, Replayed], bool]  # enough of this job's replay?
@@ -137,7 +141,6 @@ def _replay_job(job: Job, read: JobTelemetry, window: Window, scrape: float, eve
                 result.alerts[alert.kind] = (t, alert)
         step = decide(PolicyState(t, all_idle_since(view, config.idle_below), warned), policy)
         if step.action in (WARN, CLEAR, CANCEL):
-            result.policy.append((t, step.action))
             result.decisions.append((t, step))
             warned = t if step.action == WARN else None
         if step.action == CANCEL or (enough is not None and enough(job, result)):
