@@ -178,6 +178,9 @@ class Node(TimeStampedModel):
     partitions = models.ManyToManyField(Partition, blank=True, related_name="nodes")
     gpu_type = models.CharField(max_length=64, blank=True)
     gpu_count = models.PositiveSmallIntegerField(default=0)
+    gpu_types = models.JSONField(
+        default=dict, blank=True,
+        help_text='GPUs per model, e.g. {"h100": 2, "h200": 4} (a node may hold several)')
     cpus = models.PositiveIntegerField(default=0)
     memory_mb = models.PositiveBigIntegerField(default=0)
     gpus_used = models.PositiveSmallIntegerField(default=0)

@@ -109,6 +109,21 @@ class Job(models.Model):
     gpu_equivalent = models.FloatField(default=0, help_text="GPUs, counting shards by fraction")
     gpu_types = models.JSONField(default=dict, blank=True, help_text='{"h100": 8}')
     tres_alloc = models.TextField(blank=True, help_text="Allocated TRES as Slurm prints them")
+    gpu_source = models.CharField(
+        max_length=32, blank=True,
+        help_text="Where the GPU count came from: accounting (allocated TRES) or, where "
+                  "accounting does not track gres/gpu, the job's request (tres_per_job, "
+                  "tres_per_node, tres_per_task, gpus_per_node) or gres_detail")
+    # Plausibility at the door (issue 25): a record Slurm should never have produced (more
+    # GPUs than the cluster has, an end before its start, times centuries away) is stored,
+    # with the reasons, and kept out of chargeback and SLOs until an admin accepts it.
+    implausible = models.JSONField(
+        default=list, blank=True,
+        help_text="Why the record looks impossible (empty: plausible)")
+    implausible_accepted_at = models.DateTimeField(null=True, blank=True)
+    implausible_accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="+")
     labels = models.JSONField(default=dict, blank=True)
     sync_hash = models.CharField(
         max_length=32, blank=True, editable=False,

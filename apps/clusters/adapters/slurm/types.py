@@ -79,6 +79,9 @@ class SlurmJob:
     gpu_shards: int = 0
     gpu_types: Mapping[str, int] = field(default_factory=dict)
     tres_alloc: str = ""
+    # where ``gpus``/``gpu_types`` came from (``GpuSource``): accounting's allocated TRES, or,
+    # on a site whose accounting does not track gres/gpu, the job's request or gres_detail
+    gpu_source: str = ""
 
     @property
     def is_finished(self) -> bool:
@@ -151,6 +154,9 @@ class SlurmNode:
     gpu_count: int = 0
     gpus_used: int = 0
     reason: str = ""
+    # GPUs per model: a node may hold several (``gpu:h100:2,gpu:h200:4``); ``gpu_type`` is
+    # then the models joined with "+" and ``gpu_count`` their sum
+    gpu_types: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -236,6 +242,24 @@ class LimitChange:
     command: str
     output: str
     applied: bool
+
+
+class GpuSource(StrEnum):
+    """Where a job's GPU count came from, said on the job page.
+
+    Accounting's allocated TRES is the truth when slurmdbd tracks ``gres/gpu``
+    (``AccountingStorageTRES``). A site that does not track it still says which GPUs a job
+    holds: in the request (``tres_per_job`` ``gres/gpu:4``, ``tres_per_node``,
+    ``tres_per_task`` times tasks, ``gpus_per_node``) or in slurmctld's ``gres_detail``.
+    """
+
+    ACCOUNTING = "accounting"
+    TRES_PER_JOB = "tres_per_job"
+    TRES_PER_NODE = "tres_per_node"
+    TRES_PER_TASK = "tres_per_task"
+    GPUS_PER_NODE = "gpus_per_node"
+    GRES_DETAIL = "gres_detail"
+    USED_GRES = "used_gres"
 
 
 ACTIVE_STATES = frozenset(
