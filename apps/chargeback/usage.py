@@ -8,7 +8,9 @@
 
 Overlap is ``min(end, hi) - max(start, lo)`` in seconds, where a job that has not ended
 (``end_time`` empty) ends "now". Only archived metrics with a measure count as measured
-(``live`` snapshots and ``complete`` archives); everything else is unmeasured.
+(``live`` snapshots and ``complete`` archives); everything else is unmeasured. Implausible
+records no admin has accepted (``Job.objects.countable``, issue 25) count nowhere: not in
+statements, quotas' usage or the reconciliation (which then lists them as differences).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from django.db.models.functions import Coalesce, Greatest, Least, NullIf
 from apps.accounts.models import Team
 from apps.analysis.chargeback import GroupRow, Hours, JobUsage, Split
 from apps.jobs.models import Job, JobMetrics
+from apps.jobs.models.jobs import COUNTABLE
 
 # Archived metrics that count as measured: joined with this condition, others are NULL
 MEASURED = Q(metrics__status__in=JobMetrics.MEASURED) & \
@@ -63,7 +66,16 @@ def _dt(value: datetime) -> Value:
 
 
 def overlapping(jobs: QuerySet[Job], lo: datetime, hi: datetime) -> QuerySet[Job]:
-    """Jobs that held GPUs at some time in ``[lo, hi)``."""
+    """Jobs that held GPUs at some time in ``[lo, hi)`` and count (``countable``)."""
+    return _in_window(jobs, lo, hi).filter(COUNTABLE)
+
+
+def held_back(jobs: QuerySet[Job], lo: datetime, hi: datetime) -> QuerySet[Job]:
+    """The implausible records ``overlapping`` leaves out: what pages say they left out."""
+    return _in_window(jobs, lo, hi).exclude(COUNTABLE)
+
+
+def _in_window(jobs: QuerySet[Job], lo: datetime, hi: datetime) -> QuerySet[Job]:
     return jobs.filter(start_time__isnull=False, start_time__lt=hi, gpu_equivalent__gt=0).filter(
         Q(end_time__isnull=True) | Q(end_time__gt=lo))
 

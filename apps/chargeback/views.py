@@ -23,13 +23,15 @@ from django.views.generic import TemplateView
 
 from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin
 from apps.analysis.chargeback import Policy
-from apps.chargeback import charts, reconciliation, services
+from apps.chargeback import charts, reconciliation, services, usage
 from apps.chargeback.forms import AdjustmentForm, MonthForm, RateForm, ReconcileForm, TermsForm
 from apps.chargeback.models import BillingPeriod, Rate, Reconciliation, Statement
 from apps.clusters import services as cluster_services
 from apps.clusters.models import Cluster
 from apps.clusters.services import Action
 from apps.core.errors import AdapterError
+from apps.jobs import plausibility
+from apps.jobs.models import Job
 from apps.jobs.views import HttpResponseSeeOther
 
 
@@ -112,8 +114,16 @@ class StatementDetailView(ActionRequiredMixin, TemplateView):
                    wasteful=services.wasteful_jobs_of(statement),
                    adjustments=[ln for ln in lines if ln.kind == "adjustment"],
                    month_over=services.month_period(statement.period.month).end
-                   <= timezone.now())
+                   <= timezone.now(), held_back=_held_back(self.request, statement))
         return ctx
+
+
+def _held_back(request: HttpRequest, statement: Statement) -> dict[str, Any] | None:
+    """The team's implausible records of the month the statement leaves out (issue 25)."""
+    period = services.month_period(statement.period.month)
+    jobs = Job.objects.visible_to(request.user).filter(team=statement.team)
+    return plausibility.held_back_note(usage.held_back(jobs, period.start, period.end),
+                                       request.user, statement.team)
 
 
 def _visible_statement(request: HttpRequest, pk: int) -> Statement:

@@ -17,6 +17,7 @@ idempotent and resumable.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.accounts.services import portal_users_by_slurm_name
+from apps.analysis import plausibility
 from apps.analysis.chargeback import gpu_allocation
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
@@ -50,6 +52,11 @@ logger = logging.getLogger(__name__)
 ANALYZE_AFTER = 5000  # rows created by one import before the table statistics are refreshed
 MAX_REPORTED = 200  # error and warning lines kept in a result (the counts stay exact)
 ExitFixer = Callable[[list[int]], Mapping[int, ExitStatus]]
+INT_MAX = 2**31 - 1  # an IntegerField's largest value in PostgreSQL
+# Counts an implausible record may claim beyond what their columns hold (10^12 GPUs): stored
+# clamped, the claim itself kept in the reasons and in ``tres_alloc``
+CLAMPED = ("gpus", "gpu_shards", "cpus", "node_count")
+FLAGGED = "stored flagged, kept out of chargeback and SLOs until an admin accepts it"
 
 SYNCED_FIELDS = [
     "display_id", "array_job_id", "array_task_id", "array_tasks_pending", "het_job_id",
@@ -77,6 +84,8 @@ class ImportResult:
     seen_job_ids: set[int] = field(default_factory=set)
     finished_pks: list[int] = field(default_factory=list)
     watermark: datetime | None = None
+    implausible: int = 0  # records stored flagged (plausibility at the door, issue 25)
+    flagged: list[str] = field(default_factory=list)
 
     def error(self, message: str) -> None:
         self.error_count += 1
@@ -87,6 +96,11 @@ class ImportResult:
         if len(self.warnings) < MAX_REPORTED:
             self.warnings.append(message)
 
+    def flag(self, message: str) -> None:
+        self.implausible += 1
+        if len(self.flagged) < MAX_REPORTED:
+            self.flagged.append(message)
+
     def absorb(self, other: ImportResult) -> None:
         """Add another result's counts (a sync reads the window, then ids)."""
         self.created += other.created
@@ -96,6 +110,8 @@ class ImportResult:
             self.error(message)
         self.error_count += other.error_count - len(other.errors)
         self.warnings.extend(other.warnings[: MAX_REPORTED - len(self.warnings)])
+        self.implausible += other.implausible
+        self.flagged.extend(other.flagged[: MAX_REPORTED - len(self.flagged)])
         self.seen_job_ids |= other.seen_job_ids
         self.finished_pks.extend(other.finished_pks)
         if other.watermark and (not self.watermark or other.watermark > self.watermark):
@@ -104,7 +120,8 @@ class ImportResult:
     def stats(self) -> dict[str, Any]:
         return {"created": self.created, "updated": self.updated, "skipped": self.skipped,
                 "errors": self.error_count, "error_lines": self.errors[:20],
-                "warnings": self.warnings[:20], "finished": len(self.finished_pks)}
+                "warnings": self.warnings[:20], "finished": len(self.finished_pks),
+                "implausible": self.implausible, "implausible_lines": self.flagged[:20]}
 
 
 class _Existing(NamedTuple):
@@ -116,6 +133,9 @@ class _Existing(NamedTuple):
     submit_time: datetime
     start_time: datetime | None
     end_time: datetime | None
+    implausible: Any  # a list, or its JSON text (PostgreSQL through the raw cursor)
+    implausible_accepted_at: datetime | None
+    implausible_accepted_by: int | None
 
     def is_newer_than(self, job: SlurmJob) -> bool:
         """True when the stored row is a later state of the job than ``job`` (an old dump,
@@ -149,6 +169,8 @@ class JobImporter:
                           .values_list("name", "team_id"))
         self.shards_per_gpu = cluster.shards_per_gpu()
         self.gpu_kinds = cluster.gpu_kinds()
+        self.capacity = cluster.capacity()  # what a record may claim, read once per run
+        self.now = timezone.now()
         # a cluster's jobs come in a few GPU shapes ({"h100": 8}, one MIG slice...): each
         # shape's GPU-equivalents are worked out once per import, not once per record
         self._allocations: dict[tuple[int, tuple[tuple[str, int], ...]],
@@ -203,6 +225,7 @@ class JobImporter:
             if old and old.sync_hash == row["sync_hash"]:
                 result.skipped += 1
                 continue
+            self._check(job, row, old)  # every record written is checked, none skipped
             rows.append(row)
         self._write(rows, existing, result)
         self._note_watermark(batch.values(), result)
@@ -284,6 +307,21 @@ class JobImporter:
         equivalent, per_model = found
         return equivalent, dict(per_model)  # each row owns its dict
 
+    def _check(self, job: SlurmJob, values: dict[str, Any], old: _Existing | None) -> None:
+        """Plausibility at the door (issue 25): store the record's reasons with it. An
+        admin's acceptance stays while the reasons stay the same (the record is checked
+        again whenever it changes); counts no column holds are clamped, the claim kept in
+        the reasons."""
+        reasons = plausibility.reasons(job, self.capacity, self.now)
+        values["implausible"] = reasons
+        accepted = bool(reasons) and old is not None \
+            and old.implausible_accepted_at is not None and _as_list(old.implausible) == reasons
+        values["implausible_accepted_at"] = old.implausible_accepted_at if accepted else None
+        values["implausible_accepted_by_id"] = old.implausible_accepted_by if accepted else None
+        if reasons:
+            for name in CLAMPED:
+                values[name] = max(-INT_MAX - 1, min(values[name], INT_MAX))
+
     @staticmethod
     def _clip(job: SlurmJob, values: dict[str, Any], result: ImportResult) -> None:
         # Slurm allows longer strings than our columns; keep the record, say what was cut.
@@ -313,6 +351,7 @@ class JobImporter:
                 result.created += 1
         self._note_stored([row["job_id"] for row in written])
         self._after_write(written, existing, pks, result)
+        _report_flagged(written, result)
 
     @staticmethod
     def _write_one_by_one(rows: list[dict[str, Any]],
@@ -371,6 +410,18 @@ def _exit_values(job: SlurmJob, fixed: ExitStatus | None,
     if job.exit_unresolved and old is not None:
         return old.exit_code, old.exit_signal
     return None, None
+
+
+def _report_flagged(written: Iterable[Mapping[str, Any]], result: ImportResult) -> None:
+    """One line per record written flagged and not accepted (an accepted record whose
+    reasons did not change keeps its acceptance and is not reported again)."""
+    for row in written:
+        if row["implausible"] and row["implausible_accepted_at"] is None:
+            result.flag(f"job {row['job_id']}: {'; '.join(row['implausible'])} — {FLAGGED}")
+
+
+def _as_list(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _digest(values: Mapping[str, Any]) -> str:

@@ -12,6 +12,7 @@ from django.db import models
 from django.utils import timezone
 
 from apps.analysis.chargeback import ChargebackError, GpuKind, gpu_kinds
+from apps.analysis.plausibility import Capacity
 from apps.core.checks import url_problem
 from apps.core.models import TimeStampedModel
 
@@ -143,6 +144,16 @@ class Cluster(TimeStampedModel):
     def gpu_kinds(self) -> dict[str, GpuKind]:
         """The cluster's own MIG fractions and parent models, by Slurm GPU type name."""
         return gpu_kinds(self.gpu_types or [])
+
+    def capacity(self) -> Capacity:
+        """What the cluster has, from its synced nodes, for the plausibility check: GPUs as
+        devices (as Slurm's gres counts them, a MIG slice is one), nodes; None when no
+        node reports them (the check then uses bounds above any cluster)."""
+        rows = list(self.nodes.values_list("gpu_count", "gpu_types"))
+        gpus = sum(max(count, sum(n for n in (types or {}).values() if isinstance(n, int)))
+                   for count, types in rows)
+        return Capacity(gpus=gpus or None, nodes=len(rows) or None,
+                        shards_per_gpu=self.shards_per_gpu())
 
     def shards_per_gpu(self, gpu_type: str = "") -> int:
         """How many ``gres/shard`` make one GPU, from the cluster's GPU type list."""

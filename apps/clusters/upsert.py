@@ -25,10 +25,11 @@ COLUMNS = [
     "account", "team_id", "partition", "qos", "work_dir", "comment", "state", "wait_reason",
     "exit_code", "exit_signal", "submit_time", "eligible_time", "start_time", "end_time",
     "time_limit_min", "nodes", "node_count", "cpus", "memory_mb", "mem_peak_mb", "gpus",
-    "gpu_shards", "gpu_equivalent", "gpu_types", "tres_alloc", "sync_hash",
+    "gpu_shards", "gpu_equivalent", "gpu_types", "tres_alloc", "sync_hash", "implausible",
+    "implausible_accepted_at", "implausible_accepted_by_id",
 ]
 _KEY = ("cluster_id", "job_id")
-_JSON_AT = COLUMNS.index("gpu_types")  # the one JSON column: COPY takes it as text
+_JSON_AT = [COLUMNS.index(c) for c in ("gpu_types", "implausible")]  # COPY takes JSON as text
 _TEMP = "beacon_job_import"
 
 
@@ -108,7 +109,8 @@ def _defaults() -> tuple[list[str], list[Any]]:
 def _copy_rows(copy: Any, rows: Sequence[Mapping[str, Any]], tail: Sequence[Any] = ()) -> None:
     for row in rows:
         values = [row[c] for c in COLUMNS]
-        values[_JSON_AT] = json.dumps(values[_JSON_AT])
+        for at in _JSON_AT:
+            values[at] = json.dumps(values[at])
         copy.write_row([*values, *tail] if tail else values)
 
 

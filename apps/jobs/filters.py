@@ -11,6 +11,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
 from apps.jobs.models import Job, JobFinding
+from apps.jobs.models.jobs import PLAUSIBLE
 
 # Efficiency bands on the useful share of allocated GPU-hours (JobMetrics.useful_fraction).
 BANDS: dict[str, tuple[float, float]] = {
@@ -18,6 +19,9 @@ BANDS: dict[str, tuple[float, float]] = {
 BAND_CHOICES = [("idle", "idle (< 5% computing)"), ("low", "low (5-25%)"),
                 ("medium", "medium (25-60%)"), ("high", "high (60% and more)"),
                 ("unknown", "not measured")]
+# Records flagged at import (issue 25): "1" is what admins review (not accepted yet)
+IMPLAUSIBLE_CHOICES = [("1", "flagged, waiting for an admin"), ("accepted", "flagged, accepted"),
+                       ("any", "flagged, accepted or not")]
 
 
 class FloatFilter(django_filters.Filter):
@@ -91,6 +95,8 @@ class JobFilterSet(django_filters.FilterSet):
     efficiency = django_filters.ChoiceFilter(choices=BAND_CHOICES, method="filter_efficiency",
                                              label="Efficiency band")
     has_findings = django_filters.BooleanFilter(method="filter_findings", label="Has findings")
+    implausible = django_filters.ChoiceFilter(
+        choices=IMPLAUSIBLE_CHOICES, method="filter_implausible", label="Implausible record")
 
     class Meta:
         model = Job
@@ -115,6 +121,15 @@ class JobFilterSet(django_filters.FilterSet):
             return qs.filter(Q(metrics__isnull=True) | Q(metrics__useful_fraction__isnull=True))
         low, high = BANDS[value]
         return qs.filter(metrics__useful_fraction__gte=low, metrics__useful_fraction__lt=high)
+
+    def filter_implausible(self, qs: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        """Records flagged implausible at import: not accepted yet (``1``), accepted, any."""
+        flagged = qs.exclude(PLAUSIBLE)
+        if value == "accepted":
+            return flagged.filter(implausible_accepted_at__isnull=False)
+        if value == "any":
+            return flagged
+        return flagged.filter(implausible_accepted_at__isnull=True)
 
     @extend_schema_field(OpenApiTypes.BOOL)  # a method filter is documented as a string otherwise
     def filter_findings(self, qs: QuerySet[Job], name: str, value: bool | None) -> QuerySet[Job]:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from django import forms
 
+from apps.core.forms import MessageForm
+
 SCOPES = ("mine", "team", "all")
 
 
@@ -36,3 +38,10 @@ class JobListForm(forms.Form):
         return ListChoices(scope=data.get("scope", "mine"),
                            grouped=data.get("group", "") != "tasks" and not data.get("q", ""),
                            after=data.get("after", ""))
+
+
+class AcceptImplausibleForm(MessageForm):
+    """An admin accepts an implausible record (issue 25): why it is right, for the audit log."""
+
+    note = forms.CharField(max_length=500, error_messages={
+        "required": "Say why the record is right: the note goes to the audit log."})

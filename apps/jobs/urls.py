@@ -9,4 +9,6 @@ urlpatterns = [
          name="jobs-metrics"),
     path("jobs/<slug:cluster>/<int:job_id>/traces/", views.JobTraceUploadView.as_view(),
          name="jobs-traces"),
+    path("jobs/<slug:cluster>/<int:job_id>/accept/", views.AcceptImplausibleView.as_view(),
+         name="jobs-accept"),
 ]

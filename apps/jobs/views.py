@@ -13,15 +13,21 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import DetailView, TemplateView
 
-from apps.accounts.permissions import VIEW, ActionRequiredMixin, lead_team_ids, signed_in
+from apps.accounts.permissions import (
+    ADMIN,
+    VIEW,
+    ActionRequiredMixin,
+    lead_team_ids,
+    signed_in,
+)
 from apps.analysis.phases import TraceAnalysisError
 from apps.clusters.models import Cluster
 from apps.core.context_processors import simulated_banner
 from apps.core.errors import AdapterError
 from apps.core.paging import keyset_page
-from apps.jobs import presenters, services, traces
+from apps.jobs import plausibility, presenters, services, traces
 from apps.jobs.filters import JobFilterSet
-from apps.jobs.forms import JobListForm
+from apps.jobs.forms import AcceptImplausibleForm, JobListForm
 from apps.jobs.models import Job, JobMetrics
 
 PAGE_SIZE = 50
@@ -175,6 +181,30 @@ class JobTraceUploadView(ActionRequiredMixin, View):
             messages.success(request, f"Traces analysed: {run.world_size} ranks, {run.steps} "
                                       f"steps. {_straggler_words(run)}")
         return HttpResponseSeeOther(reverse("jobs-detail", args=[cluster, job_id]) + "#phases")
+
+
+class AcceptImplausibleView(ActionRequiredMixin, View):
+    """An admin accepts a record flagged implausible at import, with a note (audited):
+    chargeback and SLOs count it from then on. Others are refused before any lookup."""
+
+    required_action = ADMIN
+    write_action = ADMIN
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest, cluster: str, job_id: int) -> HttpResponse:
+        job = get_object_or_404(Job.objects.visible_to(request.user).select_related("cluster"),
+                                cluster__name=cluster, job_id=job_id)
+        form = AcceptImplausibleForm(request.POST)
+        if not form.is_valid():
+            messages.error(request, form.first_error())
+        elif plausibility.accept(job, signed_in(request), form.cleaned_data["note"]):
+            messages.success(request, "Accepted: chargeback and SLOs count this record from "
+                                      "their next refresh.")
+        else:
+            messages.info(request, "Nothing to accept: the record is plausible or was "
+                                   "accepted already.")
+        return HttpResponseSeeOther(reverse("jobs-detail", args=[cluster, job_id]) +
+                                    "#plausibility")
 
 
 def _straggler_words(run: Any) -> str:

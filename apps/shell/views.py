@@ -19,6 +19,7 @@ from apps.clusters.metrics import ClusterSyncCollector
 from apps.clusters.models import Cluster
 from apps.core import metrics
 from apps.core.models import TaskRun
+from apps.jobs import plausibility
 from apps.jobs.models import Job
 
 
@@ -58,6 +59,7 @@ class PlatformView(ActionRequiredMixin, TemplateView):
         )
         ctx["teams"] = Team.objects.annotate(member_total=Count("memberships"))
         ctx["runs"] = TaskRun.objects.select_related("cluster")[:20]
+        ctx["held_back"] = plausibility.held_back_note(Job.objects.held_back(), self.request.user)
         return ctx
 
 

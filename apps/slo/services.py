@@ -31,6 +31,7 @@ from apps.accounts.models import Team
 from apps.analysis import slo as maths
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job, JobMetrics
+from apps.jobs.models.jobs import COUNTABLE
 from apps.slo import queries
 from apps.slo.models import EndingRule, Objective, Scorecard, Snapshot
 from apps.slo.queries import SubjectCounts
@@ -91,9 +92,10 @@ def _subject_fields(key: str) -> dict[str, Any]:
 
 
 def job_facts(jobs: QuerySet[Job]) -> list[maths.JobFacts]:
-    """Jobs as the pure reference reads them (tests compare it with the SQL path)."""
+    """Jobs as the pure reference reads them (tests compare it with the SQL path): the
+    countable ones, as ``queries.population`` keeps."""
     out = []
-    for job in jobs.select_related("team", "metrics").order_by("pk"):
+    for job in jobs.filter(COUNTABLE).select_related("team", "metrics").order_by("pk"):
         metrics: JobMetrics | None = getattr(job, "metrics", None)  # None: not archived
         measured = bool(metrics and metrics.measure and metrics.allocated_gpu_hours > 0
                         and metrics.status in JobMetrics.MEASURED)

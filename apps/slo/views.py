@@ -25,6 +25,8 @@ from apps.accounts.permissions import ADMIN, ActionRequiredMixin
 from apps.analysis.pending import wait_cause_table
 from apps.audit import services as audit
 from apps.audit.models import AuditEvent
+from apps.chargeback.usage import held_back
+from apps.jobs import plausibility
 from apps.jobs.models import Job
 from apps.jobs.views import HttpResponseSeeOther
 from apps.slo import charts, services
@@ -92,6 +94,7 @@ class SloListView(ActionRequiredMixin, TemplateView):
                    objectives=Objective.objects.visible_to(self.request.user)
                    .select_related("team", "cluster"),
                    evaluated_at=max((c.evaluated_at for c in cards), default=None),
+                   held_back=_held_back(self.request.user, cards),
                    budget_figure=charts.budgets(
                        [(f"{c.subject_label} · {c.objective.name}", c.budget_remaining,
                          c.status) for c in team_cards[:40] if c.total > 0])
@@ -123,8 +126,22 @@ class TeamScorecardView(ActionRequiredMixin, TemplateView):
             card.figure_id = f"fig-slo-{card.objective.pk}"
             card.open_alerts = alerts.get((card.objective_id, card.subject), [])
         ctx.update(team=team, cards=cards, history=_history(self.request.user, team),
-                   evaluated_at=max((c.evaluated_at for c in cards), default=None))
+                   evaluated_at=max((c.evaluated_at for c in cards), default=None),
+                   held_back=_held_back(self.request.user, cards, team))
         return ctx
+
+
+def _held_back(user: Any, cards: list[Scorecard],
+               team: Team | None = None) -> dict[str, Any] | None:
+    """The implausible records the scorecards' windows leave out (issue 25), among the
+    jobs ``user`` may see."""
+    if not cards:
+        return None
+    jobs = Job.objects.visible_to(user)
+    if team is not None:
+        jobs = jobs.filter(team=team)
+    lo, hi = min(c.window_start for c in cards), max(c.window_end for c in cards)
+    return plausibility.held_back_note(held_back(jobs, lo, hi), user, team)
 
 
 def _history(user: Any, team: Team) -> dict[str, Any]:

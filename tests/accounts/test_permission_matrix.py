@@ -207,6 +207,8 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     # an empty upload comes back to the page with a message (303 See Other)
     ("post", "jobs-traces", JOB, bobs_job_writes(303)),
     ("get", "jobs-traces", JOB, everyone(405)),
+    ("post", "jobs-accept", JOB, admin_post()),  # staff: no note, back to the page (303)
+    ("get", "jobs-accept", JOB, {**everyone(403), "staff": 405}),
     ("get", "api:job-list", NO_ARGS, everyone(200, anon=401)),
     ("post", "api:job-list", NO_ARGS, {**everyone(403, anon=401), "staff": 405}),
     ("get", "api:job-detail", API_JOB, bobs_job(anon=401)),

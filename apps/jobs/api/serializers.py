@@ -29,6 +29,12 @@ class JobSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.slug", allow_null=True, default=None)
     exit = serializers.CharField(source="exit_text")
     url = serializers.SerializerMethodField()
+    implausible = serializers.ListField(
+        child=serializers.CharField(), read_only=True,
+        help_text="Why the record looks impossible (issue 25); empty: plausible. Until an admin "
+                  "accepts it, chargeback and SLOs leave it out")
+    implausible_accepted_by = serializers.SerializerMethodField(
+        help_text="The admin who accepted the implausible record (null: not accepted)")
 
     class Meta:
         model = Job
@@ -38,11 +44,19 @@ class JobSerializer(serializers.ModelSerializer):
             "partition", "qos", "state", "reason", "exit_code", "exit_signal", "exit",
             "submit_time", "eligible_time", "start_time", "end_time", "time_limit_min",
             "nodes", "node_count", "cpus", "memory_mb", "gpus", "gpu_shards",
-            "gpu_equivalent", "gpu_types", "tres_alloc", "labels", "updated_at", "url",
+            "gpu_equivalent", "gpu_types", "tres_alloc", "labels", "implausible",
+            "implausible_accepted_at", "implausible_accepted_by", "updated_at", "url",
         ]
 
     def get_url(self, job: Job) -> str:
         return f"/jobs/{job.cluster.name}/{job.job_id}/"
+
+    def get_implausible_accepted_by(self, job: Job) -> str | None:
+        # read only for accepted records (a handful): no join on every list page
+        if job.implausible_accepted_by_id is None:
+            return None
+        user = job.implausible_accepted_by
+        return user.username if user is not None else None
 
 
 class JobDetailSerializer(JobSerializer):

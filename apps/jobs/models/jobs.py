@@ -32,6 +32,21 @@ class JobQuerySet(models.QuerySet["Job"]):
         led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
         return self.filter(Q(user=user) | Q(team_id__in=led))
 
+    def countable(self) -> JobQuerySet:
+        """The jobs chargeback, quotas and SLOs count: every job but the implausible records
+        no admin has accepted yet (issue 25, ``apps/analysis/plausibility.py``). The one
+        place this rule lives."""
+        return self.filter(COUNTABLE)
+
+    def held_back(self) -> JobQuerySet:
+        """Implausible records waiting for an admin: left out of every count."""
+        return self.exclude(COUNTABLE)
+
+
+# A record is counted when it is plausible (no reasons) or an admin accepted it.
+PLAUSIBLE = Q(implausible=[])
+COUNTABLE = PLAUSIBLE | Q(implausible_accepted_at__isnull=False)
+
 
 class Job(models.Model):
     """One Slurm job record (an array task or a het-job component is a job of its own).
@@ -150,12 +165,20 @@ class Job(models.Model):
             models.Index(fields=["-submit_time", "-id"], name="job_submit"),
             models.Index(fields=["cluster", "array_job_id"], name="job_array"),
             models.Index(fields=["cluster", "state"], name="job_state"),
+            # the few flagged records (issue 25): the admins' list and count read only these
+            models.Index(fields=["-submit_time", "-id"], condition=~PLAUSIBLE,
+                         name="job_implausible"),
             # and on PostgreSQL a trigram index on UPPER(name) for the name search
             # (migration 0008: an extension, so not declared here)
         ]
 
     def __str__(self) -> str:
         return f"{self.cluster_id}:{self.display_id}"
+
+    @property
+    def is_held_back(self) -> bool:
+        """Flagged implausible and not accepted: kept out of chargeback and SLOs."""
+        return bool(self.implausible) and self.implausible_accepted_at is None
 
     @property
     def is_active(self) -> bool:

@@ -37,6 +37,7 @@ from apps.analysis import slo as maths
 from apps.analysis.slo import Counts
 from apps.chargeback.usage import Seconds
 from apps.jobs.models import Job
+from apps.jobs.models.jobs import COUNTABLE
 from apps.slo.models import Objective
 
 WORST = 5  # worst offending jobs kept per scorecard
@@ -140,9 +141,10 @@ def subject_key(objective: Objective, value: Any) -> str:
 
 def population(objective: Objective, jobs: QuerySet[Job] | None = None) -> Subjects:
     """The objective's GPU jobs: allocated (a job cancelled while pending has no nodes),
-    with GPUs, narrowed to its cluster, partition and team."""
+    with GPUs, countable (implausible records wait for an admin, issue 25), narrowed to its
+    cluster, partition and team."""
     qs = (Job.objects.all() if jobs is None else jobs).filter(
-        gpu_equivalent__gt=0, node_count__gt=0, start_time__isnull=False)
+        COUNTABLE, gpu_equivalent__gt=0, node_count__gt=0, start_time__isnull=False)
     if objective.cluster_id:
         qs = qs.filter(cluster_id=objective.cluster_id)
     if objective.partition:

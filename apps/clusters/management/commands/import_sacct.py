@@ -2,8 +2,12 @@
 import a saved ``sacct --json`` dump through the same parser and upsert as the live sync.
 
 Prints created / updated / skipped and every error with its record; exits 1 when a record
-was rejected. ``--exit-codes`` takes a saved ``sacct -a -P -o JobIDRaw,ExitCode`` of the same
-jobs, because Slurm 22.05's JSON reports exit 0 for jobs that failed with a non-zero code.
+was rejected. An implausible record (more GPUs than the cluster has, an end before its start,
+times centuries away: ``apps/analysis/plausibility.py``) is not rejected: it is stored flagged,
+printed with its reasons and kept out of chargeback and SLOs until an admin accepts it, and
+the exit status stays 0. ``--exit-codes`` takes a saved ``sacct -a -P -o JobIDRaw,ExitCode``
+of the same jobs, because Slurm 22.05's JSON reports exit 0 for jobs that failed with a
+non-zero code.
 """
 
 from __future__ import annotations
@@ -22,7 +26,11 @@ from apps.clusters.models import Cluster
 
 
 class Command(BaseCommand):
-    help = "Import a sacct --json file (or - for stdin) into a cluster's job records."
+    help = ("Import a sacct --json file (or - for stdin) into a cluster's job records. Exits 1 "
+            "when records were rejected. Implausible records (more GPUs than the cluster has, "
+            "an end before its start, times centuries away) are not rejected: they are stored "
+            "flagged, listed, and kept out of chargeback and SLOs until an admin accepts them "
+            "on the job page; they alone do not change the exit status.")
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("path", help="sacct --json output, or - for stdin")
@@ -51,6 +59,13 @@ class Command(BaseCommand):
                           f"{result.error_count}")
         for message in result.warnings:
             self.stdout.write(f"  warning: {message}")
+        if result.implausible:
+            self.stdout.write(f"  implausible: {result.implausible} record(s) stored flagged "
+                              "(not rejected; an admin accepts them on the job page)")
+        for message in result.flagged:
+            self.stdout.write(f"  flagged: {message}")
+        if result.implausible > len(result.flagged):
+            self.stdout.write(f"  ... and {result.implausible - len(result.flagged)} more")
         if options["scripts"]:
             stats = label_jobs_from_dir(cluster, Path(options["scripts"]))
             self.stdout.write(f"  labels: {stats['labelled']} of {stats['jobs']} jobs labelled")
