@@ -25,6 +25,11 @@ produce. Each threshold says why it cannot flag a real record:
 - **Run time** longer than the job's time limit plus the longest finite ``OverTimeLimit``
   Slurm accepts (65533 minutes). UNLIMITED (no limit, or Slurm's 0xffffffff) and a limit of
   0 ("no limit imposed") are never checked, so services running for months pass.
+
+An admin may accept a flagged record as right (a cluster that has since shrunk, a job
+suspended for weeks), except one that ``cannot_be_right`` (negative counts, or more than
+any cluster has): accepting 10^12 GPUs would put them on a statement, so such a record is
+corrected at its source and imported again.
 """
 
 from __future__ import annotations
@@ -102,6 +107,18 @@ def reasons(record: Record, capacity: Capacity, now: datetime) -> list[str]:
     _counts(record, capacity, found)
     _times(record, now, found)
     return found
+
+
+def cannot_be_right(record: Record, shards_per_gpu: int = 1) -> str:
+    """Why no admin may accept ``record`` as it stands ("": it may be accepted)."""
+    counts = (record.gpus, record.gpu_shards, record.cpus, record.node_count, record.memory_mb)
+    if min(counts) < 0:
+        return "it claims a negative count"
+    if record.gpus > ANY_CLUSTER_GPUS or record.node_count > ANY_CLUSTER_NODES \
+            or record.gpu_shards / max(shards_per_gpu, 1) > ANY_CLUSTER_GPUS \
+            or record.cpus > ANY_CLUSTER_CPUS or record.memory_mb > ANY_CLUSTER_MEMORY_MB:
+        return "it claims more than any cluster has"
+    return ""
 
 
 # --- Counts ------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 The importer stores each record's reasons (``apps/analysis/plausibility.py``) in
 ``Job.implausible``; ``Job.objects.countable()`` leaves the records no admin has accepted
 out of chargeback, quotas and SLOs. Accepting is the only write here: one conditional
-UPDATE (two admins clicking at once accept once) and one audit event.
+UPDATE (two admins clicking at once accept once) and one audit event. A record that cannot
+be right (10^12 GPUs, a negative count) is refused: it would put its claim on a statement.
 """
 
 from __future__ import annotations
@@ -16,16 +17,34 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.accounts.models import Membership, Team
+from apps.analysis.plausibility import cannot_be_right
 from apps.audit import services as audit
 from apps.audit.models import AuditEvent
 from apps.jobs.models import Job
 from apps.jobs.models.jobs import PLAUSIBLE
 
 
+class NotAcceptable(Exception):
+    """A record no admin may accept as it stands, with what to do instead."""
+
+
+def refusal(job: Job) -> str:
+    """Why ``job``'s record may not be accepted, in words for its page ("": it may)."""
+    why = cannot_be_right(job, job.cluster.shards_per_gpu())
+    if not why:
+        return ""
+    return (f"It cannot be accepted: {why}. Correct the record where it comes from (Slurm's "
+            "accounting, or the saved dump) and import it again: a changed record is checked "
+            "again.")
+
+
 def accept(job: Job, user: Any, note: str) -> bool:
     """Count a flagged record from now on (statements and scorecards include it from their
     next refresh), recording who, when and why in the audit log. False when there was
-    nothing to accept: the record is plausible, or was accepted meanwhile."""
+    nothing to accept: the record is plausible, or was accepted meanwhile;
+    ``NotAcceptable`` when it cannot be right."""
+    if job.implausible and (why := refusal(job)):
+        raise NotAcceptable(why)
     now = timezone.now()
     accepted = (Job.objects.filter(pk=job.pk, implausible_accepted_at__isnull=True)
                 .exclude(PLAUSIBLE)

@@ -109,6 +109,7 @@ class JobDetailView(ActionRequiredMixin, DetailView):
         ctx["upload_limit_mb"] = settings.TRACE_UPLOAD_MAX_MB
         ctx.update(simulated_banner(job.cluster))
         ctx["detection_problems"] = _detection_problems(job)
+        ctx["implausible_refusal"] = plausibility.refusal(job) if job.is_held_back else ""
         return ctx
 
 
@@ -194,17 +195,21 @@ class AcceptImplausibleView(ActionRequiredMixin, View):
     def post(self, request: HttpRequest, cluster: str, job_id: int) -> HttpResponse:
         job = get_object_or_404(Job.objects.visible_to(request.user).select_related("cluster"),
                                 cluster__name=cluster, job_id=job_id)
+        url = reverse("jobs-detail", args=[cluster, job_id]) + "#plausibility"
         form = AcceptImplausibleForm(request.POST)
         if not form.is_valid():
             messages.error(request, form.first_error())
-        elif plausibility.accept(job, signed_in(request), form.cleaned_data["note"]):
-            messages.success(request, "Accepted: chargeback and SLOs count this record from "
-                                      "their next refresh.")
+            return HttpResponseSeeOther(url)
+        try:
+            accepted = plausibility.accept(job, signed_in(request), form.cleaned_data["note"])
+        except plausibility.NotAcceptable as exc:
+            messages.error(request, str(exc))
         else:
-            messages.info(request, "Nothing to accept: the record is plausible or was "
-                                   "accepted already.")
-        return HttpResponseSeeOther(reverse("jobs-detail", args=[cluster, job_id]) +
-                                    "#plausibility")
+            words = ("Accepted: chargeback and SLOs count this record from their next refresh."
+                     if accepted else "Nothing to accept: the record is plausible or was "
+                     "accepted already.")
+            messages.add_message(request, messages.SUCCESS if accepted else messages.INFO, words)
+        return HttpResponseSeeOther(url)
 
 
 def _straggler_words(run: Any) -> str:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from apps.analysis.plausibility import Capacity, Claim, reasons
+from apps.analysis.plausibility import Capacity, Claim, cannot_be_right, reasons
 
 NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
 SUBMIT = datetime(2026, 11, 2, 10, 0, tzinfo=UTC)
@@ -149,3 +149,17 @@ def test_a_shard_count_is_read_in_gpus_worth():
     one_shard_each = Capacity(gpus=128, nodes=16, shards_per_gpu=1)
     assert reasons(job(gpu_shards=129), one_shard_each, NOW) != []
     assert reasons(job(gpu_shards=129), CLUSTER, NOW) == []  # 4 shards a GPU: 32 GPUs
+
+
+@pytest.mark.parametrize(("record", "why"), [
+    (job(gpus=129), ""),  # more than this cluster has: a cluster that shrank may explain it
+    (job(start_time=at(11), end_time=at(10)), ""),
+    (job(gpus=10**12), "it claims more than any cluster has"),
+    (job(gpu_shards=4 * 10**6 + 4), "it claims more than any cluster has"),
+    (job(node_count=2_000_000), "it claims more than any cluster has"),
+    (job(cpus=10**9), "it claims more than any cluster has"),
+    (job(memory_mb=10**12), "it claims more than any cluster has"),
+    (job(gpus=-1), "it claims a negative count"),
+])
+def test_only_records_that_could_be_right_may_be_accepted(record, why):
+    assert cannot_be_right(record, shards_per_gpu=4) == why

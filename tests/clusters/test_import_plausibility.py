@@ -106,40 +106,39 @@ def test_flagged_is_not_rejected_the_command_lists_them_and_exits_0(cluster, tmp
 def _accept(job_id: int) -> User:
     admin = User.objects.create_user(f"admin{job_id}", is_staff=True)
     job = Job.objects.select_related("cluster").get(job_id=job_id)
-    assert plausibility.accept(job, admin, "the site really has them")
+    assert plausibility.accept(job, admin, "two racks were moved to another cluster since")
     return admin
 
 
 def test_a_record_reimported_unchanged_keeps_its_acceptance(cluster):
-    _import(cluster, record(2, gpus=10**12))
+    _import(cluster, record(2, gpus=200))
     admin = _accept(2)
-    again = _import(cluster, record(2, gpus=10**12))
+    again = _import(cluster, record(2, gpus=200))
     assert (again.skipped, again.implausible) == (1, 0)
     job = Job.objects.get(job_id=2)
     assert job.implausible_accepted_by == admin and not job.is_held_back
 
 
 def test_a_changed_record_with_the_same_reasons_stays_accepted(cluster):
-    _import(cluster, record(2, gpus=10**12))
+    _import(cluster, record(2, gpus=200))
     admin = _accept(2)
-    renamed = _import(cluster, record(2, gpus=10**12, name="renamed"))
+    renamed = _import(cluster, record(2, gpus=200, name="renamed"))
     assert (renamed.updated, renamed.implausible) == (1, 0)
     job = Job.objects.get(job_id=2)
     assert (job.name, job.implausible_accepted_by) == ("renamed", admin)
 
 
 def test_a_changed_record_whose_reasons_change_must_be_accepted_again(cluster):
-    _import(cluster, record(2, gpus=10**12))
+    _import(cluster, record(2, gpus=200))
     _accept(2)
-    changed = _import(cluster, record(2, gpus=10**9))
-    assert changed.flagged == [
-        f"job 2: claims 1,000,000,000 GPUs; the cluster has 128 — {FLAGGED}"]
+    changed = _import(cluster, record(2, gpus=300))
+    assert changed.flagged == [f"job 2: claims 300 GPUs; the cluster has 128 — {FLAGGED}"]
     job = Job.objects.get(job_id=2)
     assert job.is_held_back and job.implausible_accepted_by is None
 
 
 def test_a_corrected_record_is_plausible_again(cluster):
-    _import(cluster, record(2, gpus=10**12))
+    _import(cluster, record(2, gpus=200))
     _accept(2)
     _import(cluster, record(2, gpus=8))
     job = Job.objects.get(job_id=2)
@@ -147,9 +146,18 @@ def test_a_corrected_record_is_plausible_again(cluster):
 
 
 def test_accepting_twice_or_a_plausible_record_does_nothing(cluster):
-    _import(cluster, record(1), record(2, gpus=10**12))
+    _import(cluster, record(1), record(2, gpus=200))
     admin = _accept(2)
     job = Job.objects.select_related("cluster").get(job_id=2)
     assert not plausibility.accept(job, admin, "again")
     assert not plausibility.accept(Job.objects.select_related("cluster").get(job_id=1), admin,
                                    "nothing to accept")
+
+
+def test_a_record_that_cannot_be_right_cannot_be_accepted(cluster):
+    _import(cluster, record(2, gpus=10**12))
+    job = Job.objects.select_related("cluster").get(job_id=2)
+    admin = User.objects.create_user("admin", is_staff=True)
+    with pytest.raises(plausibility.NotAcceptable, match="claims more than any cluster has"):
+        plausibility.accept(job, admin, "looks fine to me")
+    assert Job.objects.get(job_id=2).is_held_back
