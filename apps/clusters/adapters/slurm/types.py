@@ -259,7 +259,7 @@ class GpuSource(StrEnum):
     TRES_PER_TASK = "tres_per_task"
     GPUS_PER_NODE = "gpus_per_node"
     GRES_DETAIL = "gres_detail"
-    USED_GRES = "used_gres"
+    SUBMIT_LINE = "submit_line"
 
 
 ACTIVE_STATES = frozenset(
