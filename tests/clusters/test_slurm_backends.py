@@ -292,8 +292,10 @@ def test_a_closed_port_is_transient():
 
 
 def test_unknown_versions_and_missing_options_are_refused(tmp_path):
-    with pytest.raises(AdapterError, match="not supported"):
-        SlurmRest(url="http://x", user="u", token="t", version="v0.0.40")
+    with pytest.raises(AdapterError, match="v0.0.99.*which Beacon does not read"):
+        SlurmRest(url="http://x", user="u", token="t", version="v0.0.99")
+    with pytest.raises(AdapterError, match="'v0.0.36'.*does not read"):  # 22.05 serves it
+        SlurmRest(url="http://x", user="u", token="t", version="v0.0.36")
     with pytest.raises(AdapterError, match="needs a url"):
         slurm_client("rest", {})
     with pytest.raises(AdapterError, match="token"):

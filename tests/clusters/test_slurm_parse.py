@@ -351,14 +351,18 @@ def test_rest_v37_and_v38_give_the_same_bindings():
 
 
 @pytest.mark.parametrize(("detail", "expected"), [
-    ("gpu:h100:8(IDX:0-7)", ("h100", list(range(8)))),
-    ("gpu:2(IDX:1,5)", ("", [1, 5])),
-    ("gpu:a100:1(IDX:3),shard:2", ("a100", [3])),
-    ("gpu:h100:0(IDX:N/A)", ("", [])),
-    ("", ("", [])),
+    ("gpu:h100:8(IDX:0-7)", [("h100", tuple(range(8)))]),
+    ("gpu:2(IDX:1,5)", [("", (1, 5))]),
+    ("gpu:a100:1(IDX:3),shard:2", [("a100", (3,))]),
+    ("gpu:h100:0(IDX:N/A)", []),
+    ("", []),
+    # two models on one node, in one string (real 24.11.5 squeue --json, two-model job)
+    ("gpu:h100:1(IDX:0),gpu:h200:2(IDX:2-3)", [("h100", (0,)), ("h200", (2, 3))]),
+    ("gpu:1g.10gb:2(IDX:0,3)", [("1g.10gb", (0, 3))]),  # MIG profiles are models too
+    ("gpu:(null):1(IDX:0)", [("", (0,))]),
 ])
 def test_gres_detail(detail, expected):
-    assert parse_gpus._gres_indices(detail) == expected
+    assert parse_gpus.gres_indices(detail) == expected
 
 
 # --- small value parsers -------------------------------------------------------------

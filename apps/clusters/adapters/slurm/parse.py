@@ -179,7 +179,7 @@ def parse_sacct_job(rec: Record, parser: DataParser | None = None) -> SlurmJob:
     state_field = rec["state"]
     if not isinstance(state_field, Mapping):
         raise ValueError(f"state is not an object: {state_field!r}")
-    state = _state(state_field.get("current"))
+    state = values.job_state(state_field.get("current"))
     array_job, task, pending = _array_fields(rec)
     het = rec.get("het") or {}
     het_job = _num(het.get("job_id")) or None
@@ -370,26 +370,31 @@ def parse_exit_codes(text: str) -> dict[int, ExitStatus]:
 
 
 def parse_squeue_json(data: Record) -> list[QueueEntry]:
-    """Live jobs from ``squeue --json`` (or ``/slurm/v0.0.38/jobs``).
+    """Jobs from ``squeue --json`` or ``/slurm/<v>/jobs`` (``scontrol --json show job``),
+    any data parser version.
 
-    ``squeue --json`` ignores its filters and lists finished jobs still in slurmctld's
-    memory; they are kept here (their raw ``exit_code`` is the trustworthy one) and the
-    caller filters by state.
+    22.05's ``squeue --json`` and every version's ``/slurm/<v>/jobs`` also list finished
+    jobs still in slurmctld's memory (24.11+'s ``squeue --json`` lists only pending and
+    running ones); they are kept here (their exit code is slurmctld's) and the caller
+    filters by state. Each entry carries the GPUs slurmctld says the job holds
+    (``gpu_requests.gpus_from_slurmctld``).
     """
     entries: list[QueueEntry] = []
     for rec in data.get("jobs") or []:
-        state = _state(rec.get("job_state"))
-        raw_exit = _num(rec.get("exit_code"))
+        state = values.job_state(rec.get("job_state"))
+        said = values.exit_code(rec.get("exit_code"))
+        gpus, gpu_types, gpu_source = gpu_requests.gpus_from_slurmctld(
+            rec, _num(rec.get("node_count")) or 0, _num(rec.get("tasks")) or 0)
         entries.append(QueueEntry(
             job_id=int(rec["job_id"]),
             state=state,
             reason=_pending_reason(state, rec.get("state_reason")),
             estimated_start=_time(rec.get("start_time")) if state == "PENDING" else None,
-            exit=(ExitStatus.from_wait_status(raw_exit)
-                  if raw_exit is not None and state not in ACTIVE_STATES else None),
+            exit=said.status if state not in ACTIVE_STATES else None,
             array_job_id=_num(rec.get("array_job_id")) or None,
             array_task_id=_num(rec.get("array_task_id")),
             user_name=_text(rec.get("user_name")),
+            gpus=gpus, gpu_types=gpu_types, gpu_source=gpu_source,
         ))
     return entries
 

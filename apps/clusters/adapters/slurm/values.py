@@ -42,14 +42,20 @@ def num(value: Any) -> int | None:
     return int(value)
 
 
+# Slurm's "no value" and "infinite" sentinels, as a record prints them where a time is unset
+# (24.11's sacct gives a job cancelled before its begin time ``time.start`` 4294967294)
+_UNSET_TIMES = {0xFFFFFFFE, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFE, 0xFFFFFFFFFFFFFFFF}
+
+
 def epoch(value: Any) -> datetime | None:
-    """Unix epoch seconds to an aware UTC datetime; 0, null and unset mean "not yet".
+    """Unix epoch seconds to an aware UTC datetime; 0, null, unset and Slurm's NO_VAL and
+    INFINITE sentinels mean "not yet".
 
     A value outside what a datetime holds (a corrupt record: year 10^9) is a ``ValueError``
     naming it, so the record is reported, not the whole stream stopped.
     """
     seconds = num(value)
-    if not seconds or seconds < 0:
+    if not seconds or seconds < 0 or seconds in _UNSET_TIMES:
         return None
     try:
         return datetime.fromtimestamp(seconds, tz=UTC)
@@ -85,6 +91,22 @@ def flags(value: Any) -> list[str]:
 def state(value: Any) -> str:
     """The base state: the first word (the rest of a list are flags)."""
     words = flags(value)
+    return words[0] if words else "UNKNOWN"
+
+
+# Job state flags that Slurm's own text (sacct, squeue) shows instead of the base state,
+# in its order (src/common/slurm_protocol_defs.c job_state_string): v0.0.39+ lists them
+# after the base, e.g. ``["PENDING", "REQUEUED"]`` for the instance a requeue ended.
+_SHOWN_FLAGS = (("COMPLETING", "COMPLETING"), ("REQUEUED", "REQUEUED"),
+                ("REQUEUE_HOLD", "REQUEUED"), ("REQUEUE_FED", "REQUEUED"))
+
+
+def job_state(value: Any) -> str:
+    """A job's state as sacct/squeue text print it: a shown flag, else the base state."""
+    words = flags(value)
+    for flag, shown in _SHOWN_FLAGS:
+        if flag in words[1:]:
+            return shown
     return words[0] if words else "UNKNOWN"
 
 
