@@ -335,10 +335,13 @@ node_lines() {
 }
 
 partition_lines() {
-  echo "PartitionName=gpu Nodes=$(all_nodes) Default=YES DefaultTime=01:00:00 MaxTime=2-00:00:00 TRESBillingWeights=\"CPU=1.0,Mem=0.25G,GRES/gpu=8.0\" State=UP"
+  local weights="CPU=1.0,Mem=0.25G,GRES/gpu=8.0"
+  # slurmctld refuses to start with a billing weight on a TRES that is not accounted
+  [ "$ACCOUNT_GPUS" = yes ] || weights="CPU=1.0,Mem=0.25G"
+  echo "PartitionName=gpu Nodes=$(all_nodes) Default=YES DefaultTime=01:00:00 MaxTime=2-00:00:00 TRESBillingWeights=\"$weights\" State=UP"
   echo "PartitionName=debug Nodes=$(node_name "$NODES") DefaultTime=00:10:00 MaxTime=00:30:00 PriorityTier=2 State=UP"
   [ "$MULTI_GPU" = yes ] || return 0
-  echo "PartitionName=$MULTI_PART Nodes=$MULTI_NODE DefaultTime=00:10:00 MaxTime=01:00:00 TRESBillingWeights=\"CPU=1.0,Mem=0.25G,GRES/gpu=8.0\" State=UP"
+  echo "PartitionName=$MULTI_PART Nodes=$MULTI_NODE DefaultTime=00:10:00 MaxTime=01:00:00 TRESBillingWeights=\"$weights\" State=UP"
 }
 
 accounting_tres() {
