@@ -31,8 +31,12 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 # --- CLI --------------------------------------------------------------------------------
 
 
-def _bin(tmp_path: Path, name: str, body: str) -> None:
-    write_command(tmp_path, name, body)
+def _bin(tmp_path: Path, name: str, body: str, release: str = "22.05.8") -> None:
+    """A stand-in command; sacct also answers ``--version`` (the backend asks it once)."""
+    version = f'[ "$1" = --version ] && {{ echo "slurm-wlm {release}"; exit 0; }}\n'
+    write_command(tmp_path, name, version + body if name == "sacct" else body)
+    if name != "sacct" and not (tmp_path / "sacct").exists():
+        write_command(tmp_path, "sacct", version + "exit 1")
 
 
 @pytest.fixture
@@ -42,7 +46,9 @@ def cli(tmp_path: Path) -> SlurmCli:
 
 
 def _argv_log(cli: SlurmCli) -> list[str]:
-    return (Path(cli.bin_dir) / "argv.log").read_text().splitlines()
+    """The commands run, without the one ``sacct --version`` that tells the release."""
+    lines = (Path(cli.bin_dir) / "argv.log").read_text().splitlines()
+    return [line for line in lines if line != "sacct --version"]
 
 
 def test_cli_streams_sacct_with_a_relative_window(cli):

@@ -91,18 +91,23 @@ def _options(line: str) -> list[tuple[str, str]] | None:
         if not word.startswith("-"):
             if not in_wrap:
                 break  # the script or command: the rest are its arguments
-            if word in _LAUNCHERS:
+            if word.rsplit("/", 1)[-1] in _LAUNCHERS:
                 break  # the rest is the launcher's command line
             i += 1
             continue
         name, eq, value = word.partition("=")
+        if name == "--wrap":  # its words follow (or one follows "="): read them as words
+            in_wrap = True
+            if eq and value.rsplit("/", 1)[-1] in _LAUNCHERS:
+                break
+            i += 1
+            continue
         if not eq and name[:2] in ("-G", "-N", "-n") and len(name) > 2 and name[1] != "-":
             name, value, eq = name[:2], name[2:], "="  # -N2, -G4
         if not eq and word not in _FLAGS and i + 1 < len(words):
             value = words[i + 1]
             i += 1
         out.append((name, value))
-        in_wrap = in_wrap or name == "--wrap"
         i += 1
     return out
 
