@@ -1,4 +1,4 @@
-"""The pyslurm backend end to end, against a stand-in ``pyslurm`` 25.11 (tests/pyslurm_standin.py:
+"""The pyslurm backend end to end, against a stand-in ``pyslurm`` 25.11 (tests/pyslurm_standin/:
 each class shaped as pyslurm 25.11.2's source defines it, raw fields converted as pyslurm does).
 
 pyslurm 25.11 builds only against libslurm 25.11, so these tests are all Beacon has: they
