@@ -78,21 +78,12 @@ def _exit_code(raw: int) -> tuple[int, int]:
     return (code - 128 if code >= 128 else code), 0
 
 
-def _key_values(text: str) -> dict[str, Any]:
-    """cstr.pyx ``to_dict``: ``a=1,b=x`` to a dict, digit values as ints, items without '=' gone."""
+def _key_values(text: str, delim: str = ",") -> dict[str, Any]:
+    """cstr.pyx ``to_dict``: ``a=1,b=x`` (the environment: one per line, ``delim="\\n"``) to a
+    dict, digit values as ints, items without '=' gone."""
     out: dict[str, Any] = {}
-    for item in (text or "").split(","):
+    for item in (text or "").split(delim):
         key, sep, value = item.partition("=")
-        if sep:
-            out[key] = int(value) if value.isdigit() else value
-    return out
-
-
-def _env_dict(text: str) -> dict[str, Any]:
-    """cstr.pyx ``to_dict(env, delim1="\\n", delim2="=")``: one variable a line, digits as ints."""
-    out: dict[str, Any] = {}
-    for line in (text or "").split("\n"):
-        key, sep, value = line.partition("=")
         if sep:
             out[key] = int(value) if value.isdigit() else value
     return out

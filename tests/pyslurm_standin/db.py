@@ -12,7 +12,6 @@ from tests.pyslurm_standin.base import (
     STATE,
     TRES_TABLE,
     MultiClusterMap,
-    _env_dict,
     _exit_code,
     _key_values,
     _public,
@@ -196,7 +195,7 @@ class DbJob:
     gres = property(lambda self: self.tres.gres if self.tres else {})
     gpus = property(lambda self: {k: v for k, v in self.gres.items() if isinstance(v, GPU)})
     script = property(lambda self: self._script or None)
-    environment = property(lambda self: _env_dict(self._env))
+    environment = property(lambda self: _key_values(self._env, "\n"))
 
     @property
     def num_nodes(self) -> int:

@@ -63,9 +63,10 @@ NOTE = ("The pyslurm backend is tested only against objects shaped as pyslurm 25
         "against Slurm 25.11, and Beacon's CI runs Slurm 22.05, 24.11 and 26.05. Prefer the cli "
         "or rest backend where you can.")
 
-# Slurm errnos a retry can fix (slurm/slurm_errno.h, the same numbers from 22.05 to 25.11):
-# communication failures 1001-1004 and 1800-1805, a controller in standby (2027, 2131),
-# a socket timeout (5004), slurmdbd down or its connection invalid (7000, 7008).
+# Slurm errnos a retry can fix (slurm/slurm_errno.h; 22.05's numbers, kept since, with
+# 1804-1805 added later): communication failures 1001-1004 and 1800-1805 (backoff, hard
+# drop), a controller in standby (2027, 2131), a socket timeout (5004), slurmdbd down or its
+# connection invalid (7000, 7008).
 _TRANSIENT_ERRNOS = frozenset({1001, 1002, 1003, 1004, 1800, 1801, 1802, 1803, 1804, 1805,
                                2027, 2131, 5004, 7000, 7008})
 # pyslurm raises some RPCErrors with its own text and errno -1 ("Failed to open onnection to
@@ -254,9 +255,9 @@ def _gpu_models(gres: Mapping[str, Any] | None) -> tuple[dict[str, int], int]:
     untyped = 0
     for key, value in (gres or {}).items():
         name, _, model = str(key).partition(":")
-        count = _int(value.get("count") if isinstance(value, Mapping) else value) or 0
         if name != "gpu":
             continue
+        count = _int(value.get("count") if isinstance(value, Mapping) else value) or 0
         if model:
             models[model] = models.get(model, 0) + count
         else:
