@@ -118,7 +118,7 @@ def test_import_sacct_reads_meta_wherever_it_is_and_takes_a_version_for_a_dump_w
     out, _ = _run("import_sacct", _dump(tmp_path, ("errors", "jobs")), cluster="devcluster",
                   data_parser="v0.0.38")
     assert "Slurm JSON v0.0.38; created 30" in out
-    with pytest.raises(CommandError, match="--data-parser v0.0.42 given, but the dump says"):
+    with pytest.raises(CommandError, match=r"--data-parser v0\.0\.42 given, but the dump says"):
         _run("import_sacct", _dump(tmp_path), cluster="devcluster", data_parser="v0.0.42")
 
 
