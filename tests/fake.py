@@ -250,18 +250,30 @@ def write_command(bin_dir: Path, name: str, body: str) -> None:
     script.chmod(0o755)
 
 
-def recorded_slurm_bin(bin_dir: Path) -> Path:
-    """Scripts named like the Slurm commands that print the recorded output and append
-    their arguments to ``argv.log``. ``sacct -o JobIDRaw,ExitCode`` prints the exit codes."""
+def recorded_slurm_bin(bin_dir: Path, release: str = "22.05") -> Path:
+    """Scripts named like the Slurm commands that print the recorded output of ``release``
+    (22.05 at the top of tests/fixtures/slurm, 24.11 and 26.05 in their folders) and append
+    their arguments to ``argv.log``. ``sacct -o JobIDRaw,ExitCode`` prints the exit codes,
+    ``--version`` the release, ``scontrol --json show nodes`` the REST nodes record of the
+    same data parser."""
     log = bin_dir / "argv.log"
+    here = FIXTURES if release == "22.05" else FIXTURES / release
+    version = (here / "version.txt").read_text().split()[-1] if release != "22.05" else "22.05.8"
     for name, fixture in RECORDED_COMMANDS.items():
-        write_command(bin_dir, name, f'echo "{name} $*" >> {log}\ncat {FIXTURES / fixture}')
+        write_command(bin_dir, name, f'echo "{name} $*" >> {log}\ncase "$*" in '
+                      f'--version) echo "slurm-wlm {version}";; *) cat {here / fixture};; esac')
+    batch = here / ("sacct_batch_script.txt" if release == "22.05"
+                    else "sacct_batch_script_one.txt")
     write_command(bin_dir, "sacct", f'echo "sacct $*" >> {log}\ncase "$*" in '
-                  f'*ExitCode*) cat {FIXTURES / "sacct_exitcodes.txt"};; '
-                  f'*batch-script*) cat {FIXTURES / "sacct_batch_script.txt"};; '
+                  f'--version) echo "slurm-wlm {version}";; '
+                  f'*ExitCode*) cat {here / "sacct_exitcodes.txt"};; '
+                  f'*batch-script*) cat {batch};; '
                   f'*env-vars*) cat {FIXTURES / "sacct_env_vars.txt"};; '
-                  f'*) cat {FIXTURES / "sacct_window.json"};; esac')
+                  f'*) cat {here / "sacct_window.json"};; esac')
+    nodes = (FIXTURES / "rest" / "v0.0.38_nodes.json") if release == "22.05" else \
+        sorted((here / "rest").glob("v0.0.*_nodes.json"))[-1]
     write_command(bin_dir, "scontrol", f'echo "scontrol $*" >> {log}\ncase "$*" in '
-                  f'*partition*) cat {FIXTURES / "scontrol_partitions.txt"};; '
-                  f'*) cat {FIXTURES / "scontrol_show_job.txt"};; esac')
+                  f'*partition*) cat {here / "scontrol_partitions.txt"};; '
+                  f'*nodes*) cat {nodes};; '
+                  f'*) cat {here / "scontrol_show_job.txt"};; esac')
     return bin_dir

@@ -39,6 +39,7 @@ from apps.clusters.adapters.slurm import (
     RecordError,
     SlurmJob,
     change_time,
+    dumps,
 )
 from apps.clusters.adapters.slurm import parse as slurm_parse
 from apps.clusters.models import Cluster, SlurmAccount
@@ -86,6 +87,7 @@ class ImportResult:
     watermark: datetime | None = None
     implausible: int = 0  # records stored flagged (plausibility at the door, issue 25)
     flagged: list[str] = field(default_factory=list)
+    data_parser: str = ""  # the dump's Slurm JSON version (import_sacct)
 
     def error(self, message: str) -> None:
         self.error_count += 1
@@ -118,10 +120,13 @@ class ImportResult:
             self.watermark = other.watermark
 
     def stats(self) -> dict[str, Any]:
-        return {"created": self.created, "updated": self.updated, "skipped": self.skipped,
-                "errors": self.error_count, "error_lines": self.errors[:20],
-                "warnings": self.warnings[:20], "finished": len(self.finished_pks),
-                "implausible": self.implausible, "implausible_lines": self.flagged[:20]}
+        stats = {"created": self.created, "updated": self.updated, "skipped": self.skipped,
+                 "errors": self.error_count, "error_lines": self.errors[:20],
+                 "warnings": self.warnings[:20], "finished": len(self.finished_pks),
+                 "implausible": self.implausible, "implausible_lines": self.flagged[:20]}
+        if self.data_parser:
+            stats["data_parser"] = self.data_parser
+        return stats
 
 
 class _Existing(NamedTuple):
@@ -442,11 +447,16 @@ PARSE_CHUNK = 500  # parsed records per hand-over from the parsing child
 
 
 def import_sacct(cluster: Cluster, stream: IO[bytes],
-                 exit_codes: Mapping[int, ExitStatus] | None = None) -> ImportResult:
+                 exit_codes: Mapping[int, ExitStatus] | None = None,
+                 data_parser: str | None = None) -> ImportResult:
     """Import a saved ``sacct --json`` dump (air-gapped sites, backfills, the demo).
 
-    ``exit_codes`` (from a saved ``sacct -P -o JobIDRaw,ExitCode``) fixes the exit codes
-    Slurm 22.05's JSON gets wrong; without it those stay unknown. Recorded as a TaskRun.
+    The dump is checked first (``dumps.inspect``): Slurm's own ``errors``, a missing
+    ``jobs`` list or a data parser Beacon does not read refuse it whole, before anything is
+    written (``AdapterError``, recorded as the run's failure). ``data_parser`` names the
+    version of a dump whose ``meta`` does not. ``exit_codes`` (from a saved ``sacct -P -o
+    JobIDRaw,ExitCode``) fixes the exit codes Slurm 22.05's JSON gets wrong; without it
+    those stay unknown. Recorded as a TaskRun.
     """
     fixer = None
     if exit_codes is not None:
@@ -456,12 +466,16 @@ def import_sacct(cluster: Cluster, stream: IO[bytes],
             return {i: codes[i] for i in ids if i in codes}
 
     with tracked_run("slurm.import_sacct", cluster=cluster, target=cluster.name) as run:
+        stream = dumps.seekable(stream)
+        dump = dumps.inspect(stream, data_parser)
         importer = JobImporter(cluster, exit_fixer=fixer, batch_size=settings.SLURM_IMPORT_BATCH)
         # a forked child decodes and parses the dump (pure work: the stream is its alone
         # from here on) while this process writes the batches before it
-        records = forked(lambda: slurm_parse.iter_sacct_json(stream), chunk=PARSE_CHUNK)
+        records = forked(lambda: slurm_parse.iter_sacct_json(stream, parser=dump.parser),
+                         chunk=PARSE_CHUNK)
         with fewer_collections():  # records by the hundred thousand, freed by refcount
             result = importer.run(records)
+        result.data_parser = dump.parser.name
         run.stats = result.stats()
     logger.info("import_sacct %s: %s", cluster.name, result.stats())
     return result

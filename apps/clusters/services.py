@@ -11,14 +11,14 @@ from django.conf import settings
 
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.slurm import SlurmClient
-from apps.clusters.adapters.slurm.registry import slurm_client
+from apps.clusters.adapters.slurm.registry import NOTES, slurm_client
 
 # Action is re-exported: views ask cannot(cluster, Action.X) without importing an adapter
 from apps.clusters.adapters.slurm.types import Action
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
 
-__all__ = ["Action", "cannot", "client_for", "prometheus_for"]  # Action: for the views
+__all__ = ["Action", "backend_note", "cannot", "client_for", "prometheus_for"]
 
 
 def client_for(cluster: Cluster) -> SlurmClient:
@@ -39,6 +39,12 @@ def cannot(cluster: Cluster, action: Action) -> str:
         return client_for(cluster).cannot(action)
     except AdapterError as exc:  # no backend, a backend misconfigured or not installed
         return str(exc)
+
+
+def backend_note(cluster: Cluster) -> str:
+    """What the pages say beside the cluster's Slurm backend when that backend has not run
+    against a real Slurm here (pyslurm); "" otherwise. Builds no client."""
+    return NOTES.get(cluster.slurm_backend, "")
 
 
 def prometheus_for(cluster: Cluster) -> PrometheusClient | None:

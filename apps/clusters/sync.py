@@ -249,7 +249,7 @@ def sync_queue(cluster: Cluster, client: SlurmClient | None = None) -> QueueResu
     the queue knows (held, waiting on a dependency: sacct windows drop them), and which
     GPU indices each running job holds.
 
-    A backend that cannot give GPU bindings (pyslurm) still stores the queue; the run's
+    A backend that cannot give GPU bindings still stores the queue; the run's
     stats say why the bindings are missing and the intervals are left as they were. A
     transient failure (slurmctld down) fails the run, to be retried.
     """

@@ -5,9 +5,9 @@ nothing sent, nothing cancelled) or ``enforce``. The decision is pure
 (``apps/analysis/guardrails_policy.py``); this module reads its inputs (the live view, the
 job's last policy steps, the exemptions), records every step as a ``PolicyAction`` and in
 the audit log, tells the owner, and cancels with the cluster's Slurm backend
-(``cancel_job``: scancel for the cli backend, ``DELETE /slurm/.../job/{id}`` for rest).
-A backend that cannot cancel (files, pyslurm) is a recorded ``cancel_failed``, never a
-silent success.
+(``cancel_job``: scancel for the cli backend, ``DELETE /slurm/.../job/{id}`` for rest,
+``pyslurm.Job(id).cancel()`` for pyslurm). A backend that cannot cancel (files) is a
+recorded ``cancel_failed``, never a silent success.
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ def _run(*args: str, **kwargs) -> tuple[str, str]:
 def test_import_sacct_prints_a_summary(cluster):
     out, _ = _run("import_sacct", str(FIXTURES / "sacct_window.json"), cluster="devcluster",
                   exit_codes=str(FIXTURES / "sacct_exitcodes.txt"))
-    assert out.startswith("devcluster: created 30, updated 0, skipped 0, errors 0")
+    assert out.startswith("devcluster: Slurm JSON v0.0.38; created 30, updated 0, skipped 0, "
+                          "errors 0")
     assert Job.objects.get(job_id=5).exit_text == "3:0"
 
 
@@ -72,6 +73,53 @@ def test_import_sacct_refuses_clearly(cluster, args, message):
     name = "other" if args == ("-",) else "devcluster"
     with pytest.raises(CommandError, match=message):
         _run("import_sacct", *args, cluster=name)
+
+
+def _dump(tmp_path: Path, order: tuple[str, ...] = ("meta", "errors", "jobs"),
+          **changes) -> str:
+    """The recorded window re-saved with members in ``order`` and ``changes`` applied."""
+    import json
+
+    data = {**json.loads((FIXTURES / "sacct_window.json").read_text()), **changes}
+    path = tmp_path / "dump.json"
+    path.write_text(json.dumps({k: data[k] for k in order if k in data}))
+    return str(path)
+
+
+@pytest.mark.parametrize(("changes", "order", "message"), [
+    ({"errors": [{"error": "Unable to contact slurmdbd", "error_number": 1}]},
+     ("meta", "errors", "jobs"), "Slurm reported errors in this dump.*Unable to contact"),
+    ({"errors": [{"error": "Unable to contact slurmdbd"}]}, ("jobs", "meta", "errors"),
+     "Slurm reported errors"),  # slurmrestd's order: errors after the jobs
+    ({}, ("meta", "errors"), "no 'jobs' list"),
+    ({"meta": {"plugin": {"type": "openapi/slurmdbd", "data_parser": "data_parser/v0.0.99"}}},
+     ("meta", "errors", "jobs"), "data_parser 'data_parser/v0.0.99', which Beacon does not"),
+    ({"meta": {"plugin": {"data_parser": "data_parser/v0.0.99"}}}, ("jobs", "meta"),
+     "v0.0.99"),  # named only at the end
+    ({"meta": {"slurm": {"release": "27.05.1"}}}, ("meta", "jobs"), "Slurm 27.05.1"),
+    ({}, ("errors", "jobs"), "no 'meta'.*--data-parser"),
+])
+def test_import_sacct_refuses_a_dump_slurm_failed_or_beacon_cannot_read(
+        cluster, tmp_path, changes, order, message):
+    with pytest.raises(CommandError, match=message) as info:
+        _run("import_sacct", _dump(tmp_path, order, **changes), cluster="devcluster")
+    assert info.value.returncode == 1
+    assert not Job.objects.exists()  # refused whole: nothing written
+    run = TaskRun.objects.get(kind="slurm.import_sacct")
+    assert run.status == TaskRun.Status.FAILED
+
+
+def test_import_sacct_reads_meta_wherever_it_is_and_takes_a_version_for_a_dump_without(
+        cluster, tmp_path):
+    out, _ = _run("import_sacct", _dump(tmp_path, ("jobs", "meta", "errors")),
+                  cluster="devcluster")
+    assert "Slurm JSON v0.0.38; created 30" in out
+    Job.objects.all().delete()
+    out, _ = _run("import_sacct", _dump(tmp_path, ("errors", "jobs")), cluster="devcluster",
+                  data_parser="v0.0.38")
+    assert "Slurm JSON v0.0.38; created 30" in out
+    with pytest.raises(CommandError, match=r"--data-parser v0\.0\.42 given, but the dump says"):
+        _run("import_sacct", _dump(tmp_path), cluster="devcluster", data_parser="v0.0.42")
 
 
 # --- sync_cluster ---------------------------------------------------------------------------

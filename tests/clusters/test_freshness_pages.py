@@ -88,3 +88,16 @@ def test_clusters_without_a_live_sync_say_nothing(world, login):
     Cluster.objects.create(name="sim", slurm_backend="files", is_simulated=True)
     text = login("bob").get(reverse("jobs-list")).content.decode()
     assert "Slurm data for" not in text
+
+
+def test_a_pyslurm_cluster_says_its_backend_never_ran_against_a_real_slurm(world, login):
+    """pyslurm 25.11 builds only against libslurm 25.11, which Beacon never ran: the pages say
+    so (docs/slurm.md §2), and building the page builds no client (pyslurm is not installed)."""
+    page = login("bob").get(reverse("clusters-detail", args=[world.cluster.name]))
+    assert "Not run against a real Slurm here" not in page.content.decode()
+    Cluster.objects.filter(pk=world.cluster.pk).update(slurm_backend="pyslurm")
+    text = login("bob").get(reverse("clusters-detail", args=[world.cluster.name])).content.decode()
+    assert "Not run against a real Slurm here" in text
+    assert "has not run against a real libslurm 25.11 here" in text
+    platform = login("staff").get(reverse("core-platform")).content.decode()
+    assert "not run against a real Slurm here" in platform

@@ -21,8 +21,8 @@ from tests.fake import FIXTURES
 
 pytestmark = pytest.mark.django_db
 
-TEMPLATE = next(j for j in json.loads((FIXTURES / "sacct_window.json").read_text())["jobs"]
-                if j["job_id"] == 9)  # a finished 2-GPU job
+WINDOW = json.loads((FIXTURES / "sacct_window.json").read_text())
+TEMPLATE = next(j for j in WINDOW["jobs"] if j["job_id"] == 9)  # a finished 2-GPU job
 SUBMIT = int(datetime(2026, 11, 10, 9, 0, tzinfo=UTC).timestamp())
 Y2400 = int(datetime(2400, 1, 1, tzinfo=UTC).timestamp())
 FLAGGED = "stored flagged, kept out of chargeback and SLOs until an admin accepts it"
@@ -43,7 +43,7 @@ def record(job_id: int, gpus: int = 2, start: int = SUBMIT + 60, end: int = SUBM
 
 
 def dump(*records: dict) -> bytes:
-    return json.dumps({"meta": {}, "errors": [], "jobs": list(records)}).encode()
+    return json.dumps({"meta": WINDOW["meta"], "errors": [], "jobs": list(records)}).encode()
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ def _raw_jobs() -> list[dict]:
 
 
 def _file(jobs: list[dict]) -> bytes:
-    return json.dumps({"meta": {}, "errors": [], "jobs": jobs}).encode()
+    return json.dumps({"meta": json.loads(WINDOW)["meta"], "errors": [], "jobs": jobs}).encode()
 
 
 def test_it_reproduces_sacct_field_by_field(cluster):

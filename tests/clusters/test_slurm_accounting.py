@@ -157,10 +157,13 @@ def test_the_account_row_is_read_live(tmp_path):
     assert cli.account_limits("nosuch") is None
 
 
-def test_rest_refuses_quota_writes_and_reports():
-    rest = SlurmRest(url="http://127.0.0.1:9", user="u", token="t")
-    for call in (lambda: rest.set_account_limit("nlp", "gres/gpu", 5),
-                 lambda: rest.usage_report(START, END, "gres/gpu"),
-                 lambda: rest.job_allocations(START, END)):
+def test_rest_refuses_quota_writes_on_22_05_and_reports_on_every_version():
+    old = SlurmRest(url="http://127.0.0.1:9", user="u", token="t", version="v0.0.38")
+    new = SlurmRest(url="http://127.0.0.1:9", user="u", token="t", version="v0.0.42")
+    for call in (lambda: old.set_account_limit("nlp", "gres/gpu", 5),
+                 lambda: old.usage_report(START, END, "gres/gpu"),
+                 lambda: old.job_allocations(START, END),
+                 lambda: new.usage_report(START, END, "gres/gpu"),
+                 lambda: new.job_allocations(START, END)):
         with pytest.raises(AdapterError, match="cli backend"):
             call()

@@ -19,7 +19,6 @@ import pytest
 
 from apps.clusters.adapters.slurm import ExitStatus, RecordError, SlurmJob
 from apps.clusters.adapters.slurm.cli import SlurmCli
-from apps.clusters.adapters.slurm.pyslurm import job_from_pyslurm
 from apps.clusters.adapters.slurm.registry import slurm_client
 from apps.clusters.adapters.slurm.rest import SlurmRest
 from apps.core.errors import AdapterError, TransientAdapterError
@@ -31,8 +30,12 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 # --- CLI --------------------------------------------------------------------------------
 
 
-def _bin(tmp_path: Path, name: str, body: str) -> None:
-    write_command(tmp_path, name, body)
+def _bin(tmp_path: Path, name: str, body: str, release: str = "22.05.8") -> None:
+    """A stand-in command; sacct also answers ``--version`` (the backend asks it once)."""
+    version = f'[ "$1" = --version ] && {{ echo "slurm-wlm {release}"; exit 0; }}\n'
+    write_command(tmp_path, name, version + body if name == "sacct" else body)
+    if name != "sacct" and not (tmp_path / "sacct").exists():
+        write_command(tmp_path, "sacct", version + "exit 1")
 
 
 @pytest.fixture
@@ -42,7 +45,9 @@ def cli(tmp_path: Path) -> SlurmCli:
 
 
 def _argv_log(cli: SlurmCli) -> list[str]:
-    return (Path(cli.bin_dir) / "argv.log").read_text().splitlines()
+    """The commands run, without the one ``sacct --version`` that tells the release."""
+    lines = (Path(cli.bin_dir) / "argv.log").read_text().splitlines()
+    return [line for line in lines if line != "sacct --version"]
 
 
 def test_cli_streams_sacct_with_a_relative_window(cli):
@@ -292,8 +297,10 @@ def test_a_closed_port_is_transient():
 
 
 def test_unknown_versions_and_missing_options_are_refused(tmp_path):
-    with pytest.raises(AdapterError, match="not supported"):
-        SlurmRest(url="http://x", user="u", token="t", version="v0.0.40")
+    with pytest.raises(AdapterError, match=r"v0\.0\.99.*which Beacon does not read"):
+        SlurmRest(url="http://x", user="u", token="t", version="v0.0.99")
+    with pytest.raises(AdapterError, match=r"'v0\.0\.36'.*does not read"):  # 22.05 serves it
+        SlurmRest(url="http://x", user="u", token="t", version="v0.0.36")
     with pytest.raises(AdapterError, match="needs a url"):
         slurm_client("rest", {})
     with pytest.raises(AdapterError, match="token"):
@@ -319,37 +326,4 @@ def test_pyslurm_is_imported_only_when_selected_and_fails_clearly():
     assert "pyslurm" not in sys.modules  # nothing above imported it
     with pytest.raises(AdapterError, match="needs the pyslurm package"):
         slurm_client("pyslurm", {})
-
-
-def test_pyslurm_job_mapping():
-    # Synthetic: shaped like pyslurm.db.Job.to_dict() as documented (pyslurm cannot run here).
-    job = job_from_pyslurm({
-        "id": 41, "name": "train", "user_name": "alice", "account": "nlp", "state": "FAILED",
-        "exit_code": 3, "exit_code_signal": 0, "submit_time": 1796022987,
-        "start_time": 1796022990, "end_time": 1796023000, "time_limit": 30,
-        "array_id": 40, "array_task_id": 1, "nodelist": "gpu01",
-        "tres_alloc_str": "cpu=4,mem=8G,node=1,gres/gpu=2,gres/gpu:h100=2",
-    })
-    assert (job.display_id, job.exit, job.gpus, dict(job.gpu_types)) == (
-        "40_1", ExitStatus(3, 0), 2, {"h100": 2})
-    assert job.memory_mb == 8192 and job.node_count == 1
-
-
-def test_pyslurm_scripts_are_keyed_by_display_id(monkeypatch):
-    """What label_jobs looks up (``4_0`` for an array task). A stand-in for the pyslurm
-    package (it cannot be installed against 22.05), shaped like its documented db API."""
-    import types
-
-    def job(data: dict, script: str) -> types.SimpleNamespace:
-        return types.SimpleNamespace(id=data["id"], script=script, to_dict=lambda: data)
-
-    base = {"submit_time": 1796022987, "state": "COMPLETED", "tres_alloc_str": ""}
-    loaded = [job({**base, "id": 23, "array_id": 4, "array_task_id": 0}, "#!/bin/sh\ntorchrun"),
-              job({**base, "id": 5}, "#!/bin/sh\nexit 3"),
-              job({"id": 9}, "#!/bin/sh\nbroken record")]  # no submit time: raw id
-    fake = types.SimpleNamespace(db=types.SimpleNamespace(
-        Jobs=types.SimpleNamespace(load=lambda flt: loaded), JobFilter=lambda **kw: kw))
-    monkeypatch.setitem(__import__("sys").modules, "pyslurm", fake)
-    scripts = slurm_client("pyslurm", {}).job_scripts([23, 5, 9])
-    assert scripts == {"4_0": "#!/bin/sh\ntorchrun", "5": "#!/bin/sh\nexit 3",
-                       "9": "#!/bin/sh\nbroken record"}
+    # the backend itself, against a stand-in pyslurm 25.11: tests/clusters/test_slurm_pyslurm.py

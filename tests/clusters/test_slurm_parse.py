@@ -12,6 +12,7 @@ import pytest
 from apps.clusters.adapters.slurm import ExitStatus, RecordError, SlurmJob, parse, parse_gpus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
+META = json.dumps(json.loads((FIXTURES / "sacct_window.json").read_text())["meta"])
 
 
 def _jobs(name: str) -> list[SlurmJob | RecordError]:
@@ -155,7 +156,7 @@ def test_a_requeued_job_appears_twice_with_a_later_submit():
 
 
 def _stream(jobs: list[object]) -> io.BytesIO:
-    return io.BytesIO(json.dumps({"meta": {}, "errors": [], "jobs": jobs}).encode())
+    return io.BytesIO(json.dumps({"meta": json.loads(META), "errors": [], "jobs": jobs}).encode())
 
 
 def _good_record() -> dict:
@@ -169,7 +170,7 @@ def _good_record() -> dict:
     (lambda r: r.update(job_id=-4), "bad job_id"),
     (lambda r: r.pop("time"), "missing field 'time'"),
     (lambda r: r["time"].update(submission=0), "no submission time"),
-    (lambda r: r.update(state=None), "TypeError"),
+    (lambda r: r.update(state=None), "state is not an object"),
     (lambda r: r.update(name=12), "expected a string"),
     (lambda r: r["tres"]["allocated"].append({"type": "gres", "name": "gpu", "count": "8"}),
      "expected a number"),
@@ -215,7 +216,7 @@ def test_nul_bytes_are_dropped_and_huge_names_kept():
 
 def test_it_streams_instead_of_reading_the_whole_file():
     rec = json.dumps(_good_record()).encode()
-    body = b'{"meta":{},"errors":[],"jobs":[' + b",".join([rec] * 8000) + b"]}"
+    body = b'{"meta":' + META.encode() + b',"errors":[],"jobs":[' + b",".join([rec] * 8000) + b"]}"
 
     class Counting(io.BytesIO):
         consumed = 0
@@ -265,16 +266,18 @@ def test_chunk_boundaries_change_nothing(name, size):
 
 def test_the_other_top_level_members_are_handed_back_wherever_they_are():
     rec = json.dumps(_good_record())
-    body = f'{{"jobs": [{rec}], "errors": [{{"error": "slurmdbd down"}}], "meta": {{}}}}'
+    body = f'{{"jobs": [{rec}], "errors": [{{"error": "slurmdbd down"}}], "meta": {META}}}'
     members: dict = {}
     (job,) = list(parse.iter_sacct_json(io.BytesIO(body.encode()), members))
     assert isinstance(job, SlurmJob)
-    assert members == {"jobs": 1, "errors": [{"error": "slurmdbd down"}], "meta": {}}
+    assert members == {"jobs": 1, "errors": [{"error": "slurmdbd down"}],
+                       "meta": json.loads(META)}
 
 
 @pytest.mark.parametrize(("data", "message"), [
     (b"[1, 2]", "not an object"), (b'{"jobs": {"a": 1}}', "not a list"),
-    (b'{"meta": {}, "jobs": [{"job_id": 1} {"job_id": 2}]}', "expected ']'"),
+    (b'{"meta": ' + META.encode() + b', "jobs": [{"job_id": 1} {"job_id": 2}]}',
+     "expected ']'"),
 ])
 def test_json_of_the_wrong_shape_is_one_clear_error(data, message):
     *_, error = list(parse.iter_sacct_json(io.BytesIO(data)))  # after a record with no fields
@@ -348,14 +351,18 @@ def test_rest_v37_and_v38_give_the_same_bindings():
 
 
 @pytest.mark.parametrize(("detail", "expected"), [
-    ("gpu:h100:8(IDX:0-7)", ("h100", list(range(8)))),
-    ("gpu:2(IDX:1,5)", ("", [1, 5])),
-    ("gpu:a100:1(IDX:3),shard:2", ("a100", [3])),
-    ("gpu:h100:0(IDX:N/A)", ("", [])),
-    ("", ("", [])),
+    ("gpu:h100:8(IDX:0-7)", [("h100", tuple(range(8)))]),
+    ("gpu:2(IDX:1,5)", [("", (1, 5))]),
+    ("gpu:a100:1(IDX:3),shard:2", [("a100", (3,))]),
+    ("gpu:h100:0(IDX:N/A)", []),
+    ("", []),
+    # two models on one node, in one string (real 24.11.5 squeue --json, two-model job)
+    ("gpu:h100:1(IDX:0),gpu:h200:2(IDX:2-3)", [("h100", (0,)), ("h200", (2, 3))]),
+    ("gpu:1g.10gb:2(IDX:0,3)", [("1g.10gb", (0, 3))]),  # MIG profiles are models too
+    ("gpu:(null):1(IDX:0)", [("", (0,))]),
 ])
 def test_gres_detail(detail, expected):
-    assert parse_gpus._gres_indices(detail) == expected
+    assert parse_gpus.gres_indices(detail) == expected
 
 
 # --- small value parsers -------------------------------------------------------------

@@ -281,12 +281,12 @@ def test_a_backend_without_gpu_bindings_still_stores_the_queue(cluster, slurm):
     sync.sync_queue(cluster, slurm)
     held = JobGpu.objects.filter(end__isnull=True).count()
     assert held
-    slurm.bindings = AdapterError("GPU index binding is not available through the pyslurm "
+    slurm.bindings = AdapterError("GPU index binding is not available through this "
                                   "backend: use cli")
     slurm.live = [QueueEntry(job_id=12, state="PENDING", reason="Priority")]
     result = sync.sync_queue(cluster, slurm)
     assert Job.objects.get(job_id=12).reason == "Priority"  # the queue was stored
-    assert "pyslurm" in result.note and "pyslurm" in TaskRun.objects.filter(
+    assert "this backend" in result.note and "this backend" in TaskRun.objects.filter(
         kind="slurm.sync_queue").latest("pk").stats["note"]
     assert JobGpu.objects.filter(end__isnull=True).count() == held  # nothing closed blindly
     cluster.refresh_from_db()

@@ -1,7 +1,9 @@
-"""Chargeback against the REAL Slurm 22.05 dev cluster: Beacon's allocated GPU-hours, synced
+"""Chargeback against the REAL Slurm dev clusters (22.05, 24.11, 26.05): Beacon's allocated
+GPU-hours, synced
 from accounting, reconcile with Slurm's own report (sreport) per account and with sacct -T job
-by job; a job Beacon lacks is listed by id. Start the cluster with
-``sudo bash deploy/dev/slurm.sh up``.
+by job; a job Beacon lacks is listed by id. The cli backend only: sreport has no slurmrestd
+endpoint (the rest backend says so through ``cannot(RECONCILE)``). Start the clusters with
+``sudo RELEASE=<r> bash deploy/dev/slurm.sh up``.
 
 sreport reads slurmdbd's hourly rollups, which cover complete hours only, and ``sbatch`` cannot
 start a job in the past: on a fresh cluster nothing would be rolled up and the comparison
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -31,7 +32,7 @@ from apps.clusters import services as cluster_services
 from apps.clusters import sync
 from apps.clusters.models import Cluster
 from apps.jobs.models import Job
-from tests.integration import slurm as real
+from tests.integration.slurm import SlurmDev, wait_for
 
 pytestmark = [pytest.mark.integration("slurm"), pytest.mark.slow]
 
@@ -51,80 +52,76 @@ class RolledUp:
         return services.current_month(self.hour)
 
 
-def _sql(statement: str) -> str:
-    return real.run("mariadb", "-uroot", "-N", "-B", "slurm_acct_db", "-e", statement)
+def _sql(slurm: SlurmDev, statement: str) -> str:
+    return slurm.run("mariadb", "-uroot", "-N", "-B", slurm.db_name, "-e", statement)
 
 
-def _move_into(ids: list[int], hour: datetime) -> None:
+def _move_into(slurm: SlurmDev, ids: list[int], hour: datetime) -> None:
     """Shift the jobs' (and their steps') times so the first starts 10 minutes into ``hour``,
     and have slurmdbd roll up from ``hour`` again.
 
     Every value in the statements is an integer of ours (job ids from sbatch, seconds).
     """
-    job, step, event, last_ran = (f"{real.CLUSTER}_{t}_table"
+    job, step, event, last_ran = (f"{slurm.cluster}_{t}_table"
                                   for t in ("job", "step", "event", "last_ran"))
     where = f"id_job IN ({','.join(str(int(i)) for i in ids)})"
-    first = int(_sql(f"SELECT MIN(time_start) FROM {job} WHERE {where}"))  # noqa: S608
+    first = int(_sql(slurm, f"SELECT MIN(time_start) FROM {job} WHERE {where}"))  # noqa: S608
     shift = first - (int(hour.timestamp()) + 600)
     start = int(hour.timestamp())
     assert shift > 0, "the jobs ran before the hour they are moved into"
-    _sql(f"UPDATE {step} s JOIN {job} j ON s.job_db_inx = j.job_db_inx "  # noqa: S608
+    _sql(slurm, f"UPDATE {step} s JOIN {job} j ON s.job_db_inx = j.job_db_inx "  # noqa: S608
          f"SET s.time_start = s.time_start - {shift}, s.time_end = s.time_end - {shift} "
          f"WHERE j.{where} AND s.time_end > 0")
-    _sql(f"UPDATE {job} SET time_submit = time_submit - {shift}, "  # noqa: S608
+    _sql(slurm, f"UPDATE {job} SET time_submit = time_submit - {shift}, "  # noqa: S608
          f"time_eligible = time_eligible - {shift}, time_start = time_start - {shift}, "
          f"time_end = time_end - {shift} WHERE {where}")
     # slurmdbd rolls an hour up only for the cluster's registered life (its cluster-wide
     # events); on a cluster set up minutes ago the hour is older than that, so the first
     # registration moves back to the hour's start too
-    _sql(f"UPDATE {event} SET time_start = {start} WHERE node_name = '' "  # noqa: S608
+    _sql(slurm, f"UPDATE {event} SET time_start = {start} WHERE node_name = '' "  # noqa: S608
          f"AND time_start > {start} ORDER BY time_start LIMIT 1")
-    _sql(f"UPDATE {last_ran} SET hourly_rollup = LEAST(hourly_rollup, {start}), "  # noqa: S608
+    _sql(slurm, f"UPDATE {last_ran} SET hourly_rollup = LEAST(hourly_rollup, {start}), "  # noqa: S608
          f"daily_rollup = LEAST(daily_rollup, {start}), "
          f"monthly_rollup = LEAST(monthly_rollup, {start})")
 
 
-def _restart_slurmdbd() -> None:
+def _restart_slurmdbd(slurm: SlurmDev) -> None:
     """Stop slurmdbd by its pid file and start it again (it rolls up missed hours first)."""
-    pid = int(Path("/run/slurm-dev/slurmdbd.pid").read_text())
+    pid = int(slurm.pidfile("slurmdbd").read_text())
     assert Path(f"/proc/{pid}/comm").read_text().strip() == "slurmdbd"
     os.kill(pid, signal.SIGTERM)
-    real.wait_for(lambda: not Path(f"/proc/{pid}").exists()
-                  or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 30,
-                  "slurmdbd to stop", every=0.2)
-    subprocess.run(["bash", str(real.ROOT / "deploy/dev/slurm.sh"), "up"], check=True,
-                   env={**os.environ, "SAMPLE_JOBS": "no"}, stdout=subprocess.DEVNULL,
-                   timeout=300)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists()
+             or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 30,
+             "slurmdbd to stop", every=0.2)
+    slurm.start()
 
 
-def _reported_minutes(hour: datetime) -> float:
-    client = cluster_services.client_for(Cluster(name=real.CLUSTER, slurm_backend="cli"))
+def _reported_minutes(slurm: SlurmDev, hour: datetime) -> float:
+    client = slurm.client("cli")
     rows = client.usage_report(hour, hour + timedelta(hours=1), "gres/gpu")
     return sum(r.minutes for r in rows if r.account == ACCOUNT and not r.user)
 
 
 @pytest.fixture(scope="module")
-def jobs() -> RolledUp:
+def jobs(slurm: SlurmDev) -> RolledUp:
     """Two GPU jobs of our own, ended in accounting and rolled up in a past hour."""
-    real.require_slurm()
-    real.ensure_account(ACCOUNT, USER)
-    ids = [real.sbatch(USER, f"--account={ACCOUNT}", "--qos=normal", "--time=2", f"--gres=gpu:{g}",
+    slurm.ensure_account(ACCOUNT, USER)
+    ids = [slurm.sbatch(USER, f"--account={ACCOUNT}", "--qos=normal", "--time=2", f"--gres=gpu:{g}",
                        "-J", "it-chargeback", "--wrap", f"sleep {SECONDS}")
            for g in GPUS]
-    real.wait_for(lambda: real.finished_in_accounting(ids), 180, "the jobs to end", every=2)
+    wait_for(lambda: slurm.finished_in_accounting(ids), 180, "the jobs to end", every=2)
     hour = reconciliation.rolled_up_until(datetime.now(tz=UTC)) - timedelta(hours=1)
-    _move_into(ids, hour)
-    _restart_slurmdbd()
-    real.wait_for(lambda: _reported_minutes(hour) >= 2, 120, "slurmdbd to roll the hour up",
-                  every=3)
+    _move_into(slurm, ids, hour)
+    _restart_slurmdbd(slurm)
+    wait_for(lambda: _reported_minutes(slurm, hour) >= 2, 120, "slurmdbd to roll the hour up",
+             every=3)
     return RolledUp(ids, hour)
 
 
 @pytest.fixture
-def cluster(db, settings) -> Cluster:
+def cluster(db, settings, slurm) -> Cluster:
     settings.SLURM_SYNC_INITIAL_DAYS = 40  # a whole month, whatever the day
-    cluster = Cluster.objects.create(name=real.CLUSTER, slurm_backend="cli",
-                                     slurm_settings={"timeout": 120})
+    cluster = slurm.new_cluster("cli", slurm_settings={"timeout": 120})
     sync.sync_cluster(cluster)
     return cluster
 

@@ -1,4 +1,4 @@
-"""The idle-job policy against the REAL Slurm 22.05 dev cluster.
+"""The idle-job policy against the REAL Slurm dev clusters (22.05, 24.11, 26.05).
 
 Three real jobs hold a GPU each: one whose GPU stays idle, one that computes, one an admin
 exempted. Beacon syncs them from Slurm, reads their telemetry, warns the owner of the idle
@@ -10,8 +10,7 @@ The dev cluster's GPUs are device files (no DCGM), so the test writes the teleme
 dcgm-exporter would have scraped (labelled ``hpc_job`` with the real job ids) as an
 OpenMetrics file, and reads the policy's clock hours after the jobs started instead of
 waiting hours: the submission, the sync, the cancel and its outcome are Slurm's.
-Start the cluster with ``sudo bash deploy/dev/slurm.sh up``; run under
-``flock -o /tmp/beacon-slurm.lock``.
+Start the clusters with ``sudo RELEASE=<r> bash deploy/dev/slurm.sh up``.
 """
 
 from __future__ import annotations
@@ -27,14 +26,13 @@ from apps.accounts.models import Membership, Team
 from apps.audit.models import AuditEvent
 from apps.clusters import sync
 from apps.clusters.adapters.slurm import Action
-from apps.clusters.adapters.slurm.registry import slurm_client
-from apps.clusters.models import Cluster, SlurmAccount
+from apps.clusters.models import SlurmAccount
 from apps.guardrails import services
 from apps.guardrails.models import Exemption, PolicyAction
 from apps.jobs import archive
 from apps.jobs.models import Job
-from tests.integration import slurm as real
 from tests.integration.prom import om_series
+from tests.integration.slurm import wait_for
 
 pytestmark = [pytest.mark.integration("slurm"), pytest.mark.slow, pytest.mark.django_db]
 
@@ -62,11 +60,8 @@ def _telemetry(path: Path, jobs: dict[int, tuple[str, bool]], start: float, end:
 
 
 @pytest.fixture
-def world(db):
-    real.require_slurm()
-    cluster = Cluster.objects.create(name=real.CLUSTER, slurm_backend="cli",
-                                     slurm_settings={"timeout": 60},
-                                     metric_labels={"scrape_interval": STEP})
+def world(db, slurm):
+    cluster = slurm.new_cluster("cli", metric_labels={"scrape_interval": STEP})
     team = Team.objects.create(slug="it-guard", name="Guardrails test team")
     SlurmAccount.objects.create(cluster=cluster, name=ACCOUNT, team=team)
     owner = User.objects.create_user(USER, email="bob@example.org")
@@ -75,25 +70,25 @@ def world(db):
 
 
 @pytest.fixture
-def submitted():
+def submitted(slurm):
     ids: dict[str, int] = {}
     yield ids
     if ids:
-        real.run("scancel", *map(str, ids.values()), check=False)
+        slurm.run("scancel", *map(str, ids.values()), check=False)
 
 
 def test_an_idle_job_is_warned_then_cancelled_and_busy_or_exempt_ones_are_not(
-        world, submitted, settings, tmp_path):
+        slurm, world, submitted, settings, tmp_path):
     settings.GUARDRAILS_POLICY = "enforce"
     settings.GUARDRAILS_POLICY_IDLE_MINUTES, settings.GUARDRAILS_POLICY_GRACE_MINUTES = 120, 60
     for role in ("idle", "busy", "exempt"):
-        submitted[role] = real.sbatch(USER, f"--account={ACCOUNT}", "--qos=high", "--time=30",
+        submitted[role] = slurm.sbatch(USER, f"--account={ACCOUNT}", "--qos=high", "--time=30",
                                       "--gres=gpu:1", "-J", f"guard-{role}", "--wrap", "sleep 900")
     for job_id in submitted.values():
-        real.wait_running(job_id)
+        slurm.wait_running(job_id)
     # slurmdbd gets a job's start some seconds after slurmctld: sync once accounting has it
-    real.wait_for(lambda: all(r["State"] == "RUNNING" for r in real.sacct_text(
-        submitted.values()).values()) and len(real.sacct_text(submitted.values())) == 3, 90,
+    wait_for(lambda: all(r["State"] == "RUNNING" for r in slurm.sacct_text(
+        submitted.values()).values()) and len(slurm.sacct_text(submitted.values())) == 3, 90,
         "the running jobs in accounting", every=2)
     sync.sync_cluster(world)
     sync.sync_queue(world)
@@ -114,17 +109,17 @@ def test_an_idle_job_is_warned_then_cancelled_and_busy_or_exempt_ones_are_not(
     assert _steps(jobs["busy"]) == [] and _steps(jobs["exempt"]) == ["exempt"]
     warning = next(m for m in mail.outbox if "will be cancelled" in m.subject)
     assert f"scancel {submitted['idle']}" in warning.body
-    assert set(real.states(submitted.values()).values()) == {"RUNNING"}  # nothing cancelled yet
+    assert set(slurm.states(submitted.values()).values()) == {"RUNNING"}  # nothing cancelled yet
 
     services.run_checks(now=start + timedelta(hours=3.7), source=source, jobs=running)
     assert _steps(jobs["idle"]) == ["warned", "cancelled"]
-    real.wait_for(lambda: real.states([submitted["idle"]]).get(submitted["idle"])
-                  in (None, "CANCELLED"), 60, "the idle job cancelled")
-    real.wait_for(lambda: real.finished_in_accounting([submitted["idle"]]), 60,
-                  "the cancel in accounting")
-    assert real.sacct_text([submitted["idle"]])[submitted["idle"]]["State"].startswith(
+    wait_for(lambda: slurm.states([submitted["idle"]]).get(submitted["idle"])
+             in (None, "CANCELLED"), 60, "the idle job cancelled")
+    wait_for(lambda: slurm.finished_in_accounting([submitted["idle"]]), 60,
+             "the cancel in accounting")
+    assert slurm.sacct_text([submitted["idle"]])[submitted["idle"]]["State"].startswith(
         "CANCELLED")
-    others = real.states([submitted["busy"], submitted["exempt"]])
+    others = slurm.states([submitted["busy"], submitted["exempt"]])
     assert others == {submitted["busy"]: "RUNNING", submitted["exempt"]: "RUNNING"}
     audited = {(e.target.rsplit(":", 1)[1], e.details["action"])
                for e in AuditEvent.objects.filter(action="guardrail")}
@@ -142,21 +137,14 @@ def _steps(job: Job) -> list[str]:
                 .values_list("action", flat=True))
 
 
-@pytest.mark.parametrize("backend", ["cli", "rest"])
-def test_each_backend_cancels_a_running_job_and_shrugs_at_an_ended_one(world, submitted,
+def test_each_backend_cancels_a_running_job_and_shrugs_at_an_ended_one(slurm, world, submitted,
                                                                        backend):
-    submitted["job"] = job_id = real.sbatch(USER, f"--account={ACCOUNT}", "--qos=high",
-                                            "--time=10", "--wrap", "sleep 600")
-    real.wait_running(job_id)
-    if backend == "cli":
-        client = slurm_client("cli", {"cluster": real.CLUSTER, "timeout": 60})
-    else:
-        token = real.run("scontrol", "token", "username=slurm", "lifespan=300").strip()
-        client = slurm_client("rest", {"url": "http://127.0.0.1:6820", "user": "slurm",
-                                       "token": token.removeprefix("SLURM_JWT="),
-                                       "cluster": real.CLUSTER})
+    submitted["job"] = job_id = slurm.sbatch(USER, f"--account={ACCOUNT}", "--qos=high",
+                                             "--time=10", "--wrap", "sleep 600")
+    slurm.wait_running(job_id)
+    client = slurm.client(backend)
     assert client.cannot(Action.CANCEL) == ""
     client.cancel_job(job_id)
-    real.wait_for(lambda: real.finished_in_accounting([job_id]), 60, "the cancel in accounting")
-    assert real.sacct_text([job_id])[job_id]["State"].startswith("CANCELLED")
+    wait_for(lambda: slurm.finished_in_accounting([job_id]), 60, "the cancel in accounting")
+    assert slurm.sacct_text([job_id])[job_id]["State"].startswith("CANCELLED")
     client.cancel_job(job_id)  # already ended: not an error

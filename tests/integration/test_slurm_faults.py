@@ -1,4 +1,5 @@
-"""Faults against the REAL Slurm dev cluster, each in the middle of an operation:
+"""Faults against the REAL Slurm dev clusters (22.05, 24.11, 26.05), each in the middle of an
+operation:
 
 - a sync SIGKILLed mid-run, restarted: nothing lost, nothing duplicated;
 - slurmdbd stopped while a job sync streams the window;
@@ -32,21 +33,21 @@ from django.utils import timezone
 
 from apps.clusters import sync, tasks
 from apps.clusters.adapters.slurm.cli import WINDOW_STATES
-from apps.clusters.adapters.slurm.registry import slurm_client
 from apps.clusters.models import Cluster
 from apps.core.errors import TransientAdapterError
 from apps.core.models import TaskRun
 from apps.jobs.models import Job
-from tests.integration import slurm as real
 from tests.integration.services import require
+from tests.integration.slurm import ROOT, SlurmDev, wait_for
 
 pytestmark = [pytest.mark.integration("slurm"), pytest.mark.slow]
 
 SLURM_COMMANDS = ("sdiag", "squeue", "sinfo", "scontrol", "sacctmgr", "sshare")
 
 
-def _gated_sacct_bin(tmp_path: Path, after_bytes: int = 150_000) -> tuple[Path, Path]:
-    """The real Slurm commands, except that ``sacct --json`` hands over ``after_bytes`` of
+def _gated_sacct_bin(slurm: SlurmDev, tmp_path: Path,
+                     after_bytes: int = 150_000) -> tuple[Path, Path]:
+    """The release's real Slurm commands, except that ``sacct --json`` hands over ``after_bytes`` of
     its output, then stalls (mid-stream) until the gate file exists (at most 120 s).
 
     Returns (bin_dir, gate). sacct itself has read everything from slurmdbd by then: only
@@ -55,12 +56,13 @@ def _gated_sacct_bin(tmp_path: Path, after_bytes: int = 150_000) -> tuple[Path, 
     bin_dir, gate = tmp_path / "bin", tmp_path / "gate"
     bin_dir.mkdir()
     for name in SLURM_COMMANDS:
-        (bin_dir / name).symlink_to(f"/usr/bin/{name}")
+        (bin_dir / name).symlink_to(f"{slurm.bin_dir}/{name}")
+    sacct = f"{slurm.bin_dir}/sacct"
     script = bin_dir / "sacct"
     script.write_text(
-        '#!/bin/bash\nset -o pipefail\ncase "$*" in *--json*) /usr/bin/sacct "$@" | '
+        f'#!/bin/bash\nset -o pipefail\ncase "$*" in *--json*) {sacct} "$@" | '
         f'{{ head -c {after_bytes}; i=0; while [ ! -e {gate} ] && [ $i -lt 600 ]; '
-        'do sleep 0.2; i=$((i+1)); done; cat; };; *) exec /usr/bin/sacct "$@";; esac\n')
+        f'do sleep 0.2; i=$((i+1)); done; cat; }};; *) exec {sacct} "$@";; esac\n')
     script.chmod(0o755)
     return bin_dir, gate
 
@@ -71,11 +73,11 @@ def _database_url() -> str:
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-def _window_ids() -> set[int]:
+def _window_ids(slurm: SlurmDev) -> set[int]:
     """The raw ids of sacct's window as the sync asks for it (every state: held jobs too)."""
     days = settings.SLURM_SYNC_INITIAL_DAYS
-    out = real.run("sacct", "-a", "-X", "-n", "-P", "-o", "JobIDRaw", "-M", real.CLUSTER,
-                   "-S", f"now-{days}days", "-E", "now", "-s", WINDOW_STATES)
+    out = slurm.run("sacct", "-a", "-X", "-n", "-P", "-o", "JobIDRaw", "-M", slurm.cluster,
+                    "-S", f"now-{days}days", "-E", "now", "-s", WINDOW_STATES)
     return {int(x) for x in out.split()}
 
 
@@ -84,27 +86,25 @@ def _stored_ids(cluster: Cluster) -> list[int]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_sync_killed_mid_run_loses_and_duplicates_nothing(tmp_path):
-    real.require_slurm()
+def test_a_sync_killed_mid_run_loses_and_duplicates_nothing(slurm, tmp_path):
     _require_postgresql()
     # Enough records that the stalled sacct (~150 KB) stops the sync halfway, even on a
     # fresh cluster: 40 tiny jobs.
-    array = real.sbatch("bob", "--qos=high", "--time=2", "--array=0-39", "-J", "it-many",
-                        "--wrap", "true")
-    real.wait_for(lambda: len(tasks := real.array_task_ids(array)) == 40
-                  and real.finished_in_accounting(tasks), 120, "40 tiny jobs", every=2)
-    expected = _window_ids()
-    bin_dir, gate = _gated_sacct_bin(tmp_path)  # opened only after the kill
-    cluster = Cluster.objects.create(name=real.CLUSTER, slurm_backend="cli", slurm_settings={
-        "bin_dir": str(bin_dir), "timeout": 300})
+    array = slurm.sbatch("bob", "--qos=high", "--time=2", "--array=0-39", "-J", "it-many",
+                         "--wrap", "true")
+    wait_for(lambda: len(tasks := slurm.array_task_ids(array)) == 40
+             and slurm.finished_in_accounting(tasks), 120, "40 tiny jobs", every=2)
+    expected = _window_ids(slurm)
+    bin_dir, gate = _gated_sacct_bin(slurm, tmp_path)  # opened only after the kill
+    cluster = slurm.new_cluster("cli", slurm_settings={"bin_dir": str(bin_dir), "timeout": 300})
     env = {**os.environ, "DATABASE_URL": _database_url(), "SLURM_SYNC_BATCH": "5",
            "DJANGO_SETTINGS_MODULE": "portal.settings"}
-    worker = subprocess.Popen([sys.executable, "manage.py", "sync_cluster", real.CLUSTER,
-                               "--only", "jobs"], cwd=real.ROOT, env=env,
+    worker = subprocess.Popen([sys.executable, "manage.py", "sync_cluster", slurm.cluster,
+                               "--only", "jobs"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        real.wait_for(lambda: Job.objects.filter(cluster=cluster).count() >= 5, 60,
-                      "the first batches", every=0.2)
+        wait_for(lambda: Job.objects.filter(cluster=cluster).count() >= 5, 60,
+                 "the first batches", every=0.2)
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait()
@@ -113,7 +113,7 @@ def test_a_sync_killed_mid_run_loses_and_duplicates_nothing(tmp_path):
     assert 0 < partial < len(expected)
 
     # The dead worker still holds the claim: a restart right away backs off ...
-    cluster.slurm_settings = {"timeout": 120}
+    cluster.slurm_settings = slurm.cli_settings(timeout=120)
     cluster.save(update_fields=["slurm_settings"])
     assert sync.sync_cluster(cluster).claimed is False
     # ... and takes over once the claim has expired.
@@ -127,24 +127,14 @@ def test_a_sync_killed_mid_run_loses_and_duplicates_nothing(tmp_path):
     assert result.jobs.created == len(stored) - partial  # the first worker's rows were kept
 
 
-def _daemon_pid(name: str) -> int:
-    return int(Path(f"/run/slurm-dev/{name}.pid").read_text())
-
-
-def _stop(name: str) -> None:
+def _stop(slurm: SlurmDev, name: str) -> None:
     """Stop a Slurm daemon by its pid file, as ``slurm.sh down`` does, and wait for it."""
-    pid = _daemon_pid(name)
+    pid = int(slurm.pidfile(name).read_text())
     assert Path(f"/proc/{pid}/comm").read_text().strip() == name
     os.kill(pid, signal.SIGTERM)
-    real.wait_for(lambda: not Path(f"/proc/{pid}").exists()
-                  or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 30,
-                  f"{name} to stop", every=0.2)
-
-
-def _start_cluster() -> None:
-    subprocess.run(["bash", str(real.ROOT / "deploy/dev/slurm.sh"), "up"], check=True,
-                   env={**os.environ, "SAMPLE_JOBS": "no"}, stdout=subprocess.DEVNULL,
-                   timeout=300)
+    wait_for(lambda: not Path(f"/proc/{pid}").exists()
+             or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 30,
+             f"{name} to stop", every=0.2)
 
 
 def _require_postgresql() -> None:
@@ -191,44 +181,44 @@ def _assert_pages_stay_up_and_say_stale(cluster: Cluster, job: Job) -> None:
         assert "may be out of date" in page.content.decode(), url
 
 
-def _queued_ids() -> set[int]:
+def _queued_ids(slurm: SlurmDev) -> set[int]:
     """Jobs slurmctld still queues: sacct windows drop those never eligible (held)."""
-    out = real.run("squeue", "-h", "-t", "PD", "-o", "%A")
+    out = slurm.run("squeue", "-h", "-t", "PD", "-o", "%A")
     return {int(x) for x in out.split()}
 
 
-def _assert_recovered(cluster: Cluster, queued: set[int] = frozenset()) -> None:
+def _assert_recovered(slurm: SlurmDev, cluster: Cluster, queued: set[int] = frozenset()) -> None:
     """The cluster's rows are sacct's window (plus the ``queued`` jobs the queue sync
     imported by id): every id, once; the error is cleared."""
     stored = _stored_ids(cluster)
     assert len(stored) == len(set(stored))  # none duplicated
-    assert set(stored) == _window_ids() | queued  # none lost, none extra
+    assert set(stored) == _window_ids(slurm) | queued  # none lost, none extra
     cluster.refresh_from_db()
     assert cluster.last_sync_error == "" and not cluster.is_stale
     assert cluster.sync_state == Cluster.SyncState.IDLE
 
 
 @pytest.mark.django_db(transaction=True)
-def test_slurmdbd_stopped_mid_sync_fails_clearly_and_recovery_matches_sacct(tmp_path, settings):
-    real.require_slurm()
+def test_slurmdbd_stopped_mid_sync_fails_clearly_and_recovery_matches_sacct(
+        slurm, tmp_path, settings):
     _require_postgresql()
-    array = real.sbatch("bob", "--qos=high", "--time=2", "--array=0-39", "-J", "it-dbd-many",
-                        "--wrap", "true")
+    array = slurm.sbatch("bob", "--qos=high", "--time=2", "--array=0-39", "-J", "it-dbd-many",
+                         "--wrap", "true")
     # its exit code needs the text sacct (slurmdbd) after the window: the sync's next call
-    failed = real.sbatch("bob", "--qos=high", "--time=2", "-J", "it-dbd-exit3", "--wrap", "exit 3")
-    real.wait_for(lambda: len(ids := real.array_task_ids(array)) == 40
-                  and real.finished_in_accounting([*ids, failed]), 150, "41 tiny jobs", every=2)
-    ours = [*real.array_task_ids(array), failed]
-    expected = _window_ids()
-    bin_dir, gate = _gated_sacct_bin(tmp_path)
-    cluster = Cluster.objects.create(name=real.CLUSTER, slurm_backend="cli", slurm_settings={
-        "bin_dir": str(bin_dir), "timeout": 120})
+    failed = slurm.sbatch("bob", "--qos=high", "--time=2", "-J", "it-dbd-exit3",
+                          "--wrap", "exit 3")
+    wait_for(lambda: len(ids := slurm.array_task_ids(array)) == 40
+             and slurm.finished_in_accounting([*ids, failed]), 150, "41 tiny jobs", every=2)
+    ours = [*slurm.array_task_ids(array), failed]
+    expected = _window_ids(slurm)
+    bin_dir, gate = _gated_sacct_bin(slurm, tmp_path)
+    cluster = slurm.new_cluster("cli", slurm_settings={"bin_dir": str(bin_dir), "timeout": 120})
     settings.SLURM_SYNC_BATCH = 5
     thread, outcome = _in_thread(tasks.sync_cluster, cluster)
     try:
-        real.wait_for(lambda: Job.objects.filter(cluster=cluster).count() >= 5, 90,
-                      "the first batches", every=0.2)
-        _stop("slurmdbd")  # while sacct's output is held back mid-stream
+        wait_for(lambda: Job.objects.filter(cluster=cluster).count() >= 5, 90,
+                 "the first batches", every=0.2)
+        _stop(slurm, "slurmdbd")  # while sacct's output is held back mid-stream
     finally:
         gate.touch()
         thread.join(180)
@@ -248,39 +238,37 @@ def test_slurmdbd_stopped_mid_sync_fails_clearly_and_recovery_matches_sacct(tmp_
         assert _countdowns(tasks.sync_cluster, cluster, retry) == [1, 2, 4]  # backoff
         _assert_pages_stay_up_and_say_stale(cluster, Job.objects.filter(cluster=cluster)[0])
     finally:
-        _start_cluster()
+        slurm.start()
     tasks.sync_cluster.apply(args=[cluster.pk], retries=3)  # the retry, now that it is back
     assert TaskRun.objects.filter(kind="slurm.sync_jobs").latest("pk").status == "succeeded"
-    _assert_recovered(cluster)
-    real.assert_matches_sacct(ours)
+    _assert_recovered(slurm, cluster)
+    slurm.assert_matches_sacct(ours)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_slurmctld_stopped_mid_queue_sync_fails_clearly_and_recovery_matches_sacct(
-        tmp_path, settings):
-    real.require_slurm()
+        slurm, tmp_path, settings):
     _require_postgresql()
     # held jobs: only the queue knows them, so the queue sync imports them by id (sacct),
     # then asks slurmctld for GPU bindings
-    held = [real.sbatch("bob", "--hold", "--time=2", "-J", f"it-ctld-held-{i}", "--wrap", "true")
-            for i in range(24)]
+    held = [slurm.sbatch("bob", "--hold", "--time=2", "-J", f"it-ctld-held-{i}",
+                         "--wrap", "true") for i in range(24)]
     try:
-        real.wait_for(lambda: set(held) <= set(real.sacct_text(held)), 90,
-                      "the held jobs in accounting", every=2)
-        cluster = Cluster.objects.create(name=real.CLUSTER, slurm_backend="cli",
-                                         slurm_settings={"timeout": 60})
+        wait_for(lambda: set(held) <= set(slurm.sacct_text(held)), 90,
+                 "the held jobs in accounting", every=2)
+        cluster = slurm.new_cluster("cli")
         sync.sync_cluster(cluster)  # a first job sync while all is well
         Job.objects.filter(cluster=cluster, job_id__in=held).delete()  # as if not yet seen
-        bin_dir, gate = _gated_sacct_bin(tmp_path, after_bytes=30_000)  # ~10 records
-        cluster.slurm_settings = {"bin_dir": str(bin_dir), "timeout": 60}
+        bin_dir, gate = _gated_sacct_bin(slurm, tmp_path, after_bytes=30_000)  # ~10 records
+        cluster.slurm_settings = slurm.cli_settings(bin_dir=str(bin_dir))
         cluster.save(update_fields=["slurm_settings"])
-        rest = _rest()  # its token comes from slurmctld: get it while it is up
+        rest = slurm.client("rest", timeout=10)  # its token comes from slurmctld: while it is up
         settings.SLURM_SYNC_BATCH = 5
         thread, outcome = _in_thread(tasks.sync_queue, cluster)
         try:
-            real.wait_for(lambda: Job.objects.filter(job_id__in=held).count() >= 5, 90,
-                          "the first held jobs imported", every=0.2)
-            _stop("slurmctld")
+            wait_for(lambda: Job.objects.filter(job_id__in=held).count() >= 5, 90,
+                     "the first held jobs imported", every=0.2)
+            _stop(slurm, "slurmctld")
         finally:
             gate.touch()
             thread.join(180)
@@ -305,20 +293,12 @@ def test_slurmctld_stopped_mid_queue_sync_fails_clearly_and_recovery_matches_sac
                 rest.nodes()
             _assert_pages_stay_up_and_say_stale(cluster, Job.objects.get(job_id=held[0]))
         finally:
-            _start_cluster()
+            slurm.start()
         tasks.sync_queue.apply(args=[cluster.pk], retries=3)
         tasks.sync_cluster.apply(args=[cluster.pk])
-        _assert_recovered(cluster, queued=_queued_ids())
-        assert set(held) <= _queued_ids()
+        _assert_recovered(slurm, cluster, queued=_queued_ids(slurm))
+        assert set(held) <= _queued_ids(slurm)
         assert set(Job.objects.filter(job_id__in=held).values_list("state", flat=True)) == {
             "PENDING"}
     finally:
-        real.run("scancel", *map(str, held), check=False)
-
-
-def _rest():
-    token = subprocess.run(["scontrol", "token", "username=slurm", "lifespan=300"],
-                           capture_output=True, text=True, check=False).stdout.strip()
-    return slurm_client("rest", {"url": "http://127.0.0.1:6820", "user": "slurm",
-                                 "token": token.removeprefix("SLURM_JWT=") or "none",
-                                 "timeout": 10})
+        slurm.run("scancel", *map(str, held), check=False)

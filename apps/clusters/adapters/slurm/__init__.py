@@ -34,7 +34,7 @@ from apps.clusters.adapters.slurm.types import (
 )
 
 __all__ = [
-    "ACTIVE_STATES", "Action", "Association", "ExitStatus", "GpuBinding", "GpuSource", "JobAllocation",
-    "LimitChange", "QueueEntry", "RecordError", "ShareRow", "SlurmClient", "SlurmJob", "SlurmNode",
-    "SlurmPartition", "UsageRow", "change_time",
+    "ACTIVE_STATES", "Action", "Association", "ExitStatus", "GpuBinding", "GpuSource",
+    "JobAllocation", "LimitChange", "QueueEntry", "RecordError", "ShareRow", "SlurmClient",
+    "SlurmJob", "SlurmNode", "SlurmPartition", "UsageRow", "change_time",
 ]

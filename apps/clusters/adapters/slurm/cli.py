@@ -1,8 +1,16 @@
-"""The ``cli`` Slurm backend: sacct/squeue/sinfo ``--json`` and parsable text, by subprocess.
+"""The ``cli`` Slurm backend: sacct/squeue/scontrol ``--json`` and parsable text, by subprocess.
 
 Commands run without a shell, each with a timeout; optionally through ``ssh`` to a login node
 (the remote command line is quoted with ``shlex.join``, so job names or ids can never become
-shell syntax there). Works with Slurm >= 21.08 (``--json``); tested against 22.05.
+shell syntax there). Works with Slurm >= 21.08 (``--json``); tested against real 22.05,
+24.11 and 26.05.
+
+The release is asked once per client (``sacct --version``). From 23.02 the JSON commands are
+pinned to the data parser Beacon reads for that release (``--json=v0.0.42``; a release newer
+than Beacon knows is asked for the newest one Beacon reads, which Slurm serves for a few
+releases more): sacct prints ``meta`` after the jobs there, so the version must be known
+before the first record. Nodes come from ``scontrol --json show nodes`` (one record per node;
+23.02+'s ``sinfo --json`` groups nodes), from ``sinfo --json`` on 22.05.
 
 Options (``Cluster.slurm_settings``): ``ssh`` ("user@login01", optional), ``ssh_options``
 (list of extra ssh arguments), ``bin_dir`` (where the Slurm commands live, optional),
@@ -23,9 +31,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from apps.clusters.adapters.slurm import parse, parse_gpus
+from apps.clusters.adapters.slurm import parse, parse_gpus, versions
 from apps.clusters.adapters.slurm import parse_cluster as cparse
 from apps.clusters.adapters.slurm import types as st
+from apps.clusters.adapters.slurm.versions import DataParser
 from apps.core.errors import AdapterError, TransientAdapterError
 
 # Messages Slurm prints when a daemon is down or slow: a retry can fix these.
@@ -45,6 +54,7 @@ UTC_ENV = ("TZ=UTC", f"SLURM_TIME_FORMAT={cparse._TEXT_TIME}")
 # sacctmgr parses "where name=..." itself: an account name is one plain word, or refused.
 _ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 _TRES_NAME = re.compile(r"^[a-z]+(/[a-z0-9_]+)?(:[A-Za-z0-9_.-]+)?$")
+_RELEASE = re.compile(r"\b(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 def _is_transient(stderr: str, returncode: int, via_ssh: bool) -> bool:
@@ -74,6 +84,7 @@ class SlurmCli:
     ssh_options: Sequence[str] = field(default_factory=tuple)
     bin_dir: str = ""
     timeout: float = 30.0
+    _dialect: DataParser | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> SlurmCli:
@@ -127,6 +138,20 @@ class SlurmCli:
             raise AdapterError(f"{cmd[0]} printed JSON that is not an object", service="slurm")
         return data
 
+    # --- which Slurm, which JSON ------------------------------------------------------
+
+    def dialect(self) -> DataParser:
+        """The data parser this Slurm's JSON commands are asked for (see the module
+        docstring); ``sacct --version`` is run once per client."""
+        if self._dialect is None:
+            self._dialect = dialect_of(self._run(["sacct", "--version"]))
+        return self._dialect
+
+    def _json_flag(self) -> str:
+        parser = self.dialect()
+        # 22.05's --json takes no argument (and prints its own v0.0.38)
+        return "--json" if parser.number <= (0, 0, 38) else f"--json={parser.name}"
+
     def _stream_sacct(self, args: Sequence[str]) -> Iterator[st.SlurmJob | st.RecordError]:
         """Run ``sacct --json`` and parse its stdout while it is produced (bounded memory).
 
@@ -134,8 +159,10 @@ class SlurmCli:
         stream is held back until sacct's exit status is known: when sacct failed, that
         failure (often transient) is what the caller sees.
         """
-        cmd = ["sacct", "-a", "--json", *(["-M", self.cluster] if self.cluster else []), *args]
+        flag = self._json_flag()
+        cmd = ["sacct", "-a", flag, *(["-M", self.cluster] if self.cluster else []), *args]
         argv = self._argv(cmd)
+        members: dict[str, Any] = {}
         with tempfile.TemporaryFile() as err:
             try:
                 proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
@@ -150,7 +177,7 @@ class SlurmCli:
             watchdog = threading.Timer(self.timeout, _expire)
             watchdog.start()
             try:
-                held = yield from self._parse_stream(proc.stdout)
+                held = yield from self._parse_stream(proc.stdout, members, self.dialect())
                 returncode = proc.wait()
             finally:
                 watchdog.cancel()
@@ -164,15 +191,22 @@ class SlurmCli:
             self._check("sacct", returncode, err.read().decode(errors="replace"))
         if held is not None:
             yield held
+            return
+        if members.get("errors"):  # sacct exits 0 with errors in its JSON (slurmdbd down)
+            text = json.dumps(members["errors"])[:2000]
+            raise TransientAdapterError(f"sacct reported errors: {text[:200]}",
+                                        service="slurm", detail=text)
+        if "jobs" not in members:
+            raise AdapterError("sacct --json printed no job list", service="slurm")
 
     @staticmethod
     def _parse_stream(
-        stdout: IO[bytes] | None,
+        stdout: IO[bytes] | None, members: dict[str, Any], parser: DataParser,
     ) -> Generator[st.SlurmJob | st.RecordError, None, st.RecordError | None]:
         held: st.RecordError | None = None
         if stdout is None:
             raise AdapterError("sacct: no output pipe", service="slurm")
-        for item in parse.iter_sacct_json(stdout):
+        for item in parse.iter_sacct_json(stdout, members, parser=parser):
             if isinstance(item, st.RecordError) and item.job_id is None:
                 held = item  # broken JSON: the stream ends here
                 continue
@@ -210,14 +244,17 @@ class SlurmCli:
         return out
 
     def queue(self) -> list[st.QueueEntry]:
-        entries = parse.parse_squeue_json(self._json(["squeue", "--json"]))
+        entries = parse.parse_squeue_json(self._json(["squeue", self._json_flag()]))
         return [e for e in entries if e.state in st.ACTIVE_STATES]
 
     def gpu_bindings(self) -> list[st.GpuBinding]:
         return parse_gpus.parse_scontrol_bindings(self._run(["scontrol", "-d", "show", "job"]))
 
     def nodes(self) -> list[st.SlurmNode]:
-        return cparse.parse_sinfo_json(self._json(["sinfo", "--json"]))
+        if self.dialect().number <= (0, 0, 38):
+            return cparse.parse_sinfo_json(self._json(["sinfo", "--json"]))
+        return cparse.parse_sinfo_json(self._json(["scontrol", self._json_flag(), "show",
+                                                   "nodes"]))
 
     def partitions(self) -> list[st.SlurmPartition]:
         return cparse.parse_scontrol_partitions(self._run(["scontrol", "show", "partition", "-o"]))
@@ -313,6 +350,24 @@ class SlurmCli:
             if "already" in exc.detail or "Invalid job id" in exc.detail:
                 return
             raise
+
+
+def dialect_of(version_text: str) -> DataParser:
+    """The data parser to ask a Slurm for, from what ``sacct --version`` printed
+    (``slurm-wlm 24.11.5``, ``slurm 25.11.0``): its release's own, or for a release newer
+    than Beacon knows, the newest one Beacon reads."""
+    match = _RELEASE.search(version_text)
+    if not match:
+        raise AdapterError(f"sacct --version printed no release: {version_text.strip()[:100]!r}",
+                           service="slurm")
+    series = f"{int(match[1]):02d}.{int(match[2]):02d}"
+    if series in versions.RELEASE_DEFAULT:
+        return versions.get(versions.RELEASE_DEFAULT[series])
+    known = sorted(versions.RELEASE_DEFAULT)
+    if series < known[0]:
+        raise AdapterError(f"Slurm {match[0]} is older than Beacon reads ({known[0]}+)",
+                           service="slurm")
+    return versions.get(versions.RELEASE_DEFAULT[known[-1]])
 
 
 def limit_argv(cluster: str, account: str, tres: str, minutes: int | None) -> list[str]:

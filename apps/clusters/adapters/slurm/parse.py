@@ -4,72 +4,41 @@ partitions, associations, fairshare, sdiag) is in ``parse_cluster``; which GPU i
 hold (``gres_detail``, ``scontrol -d show job``, the prolog's history) in ``parse_gpus``.
 
 No I/O except reading the stream handed in, no Django: every backend and ``import_sacct``
-share these. Shapes are those of Slurm 22.05 (data parser v0.0.38 / dbv0.0.38, also
-v0.0.37); newer data parsers wrap numbers as ``{"set": true, "number": 5}`` and states as
-lists, which ``_num`` and ``_state`` already accept, so a newer version is a small addition.
+share these. Every data parser version from v0.0.37 (Slurm 21.08/22.05) to v0.0.45 (26.05)
+is read here: each field through ``values``, which accepts all its known shapes; what a
+record's shape cannot show (22.05's doubtful exit codes) comes from the document's version
+(``versions``), detected from its ``meta``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import UTC, datetime
 from typing import IO, Any
 
+from apps.clusters.adapters.slurm import gpu_requests, values
 from apps.clusters.adapters.slurm.types import (
     ACTIVE_STATES,
     ExitStatus,
+    GpuSource,
     QueueEntry,
     RecordError,
     SlurmJob,
 )
+from apps.clusters.adapters.slurm.versions import DataParser, UnknownDataParser, detect
 from apps.jobs.adapters import jsonstream
 
 Record = Mapping[str, Any]
 
-# --- Small value parsers --------------------------------------------------------------
+# --- Small value parsers (values.py; the names here are kept for older callers) -------
 
-
-def _num(value: Any) -> int | None:
-    """An integer field: plain (v0.0.38) or ``{"set", "infinite", "number"}`` (v0.0.39+)."""
-    if type(value) is int:  # the common case first: this runs ~20 times per record
-        return value
-    if isinstance(value, Mapping):
-        if not value.get("set", True) or value.get("infinite"):
-            return None
-        value = value.get("number")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"expected a number, got {value!r}")
-    return int(value)
-
-
-def _time(value: Any) -> datetime | None:
-    """Unix epoch seconds to an aware UTC datetime; 0 and null mean "not yet"."""
-    seconds = _num(value)
-    if not seconds or seconds < 0:
-        return None
-    return datetime.fromtimestamp(seconds, tz=UTC)
-
-
-def _text(value: Any) -> str:
-    """A string field: null becomes "", NUL bytes go (PostgreSQL refuses them)."""
-    if type(value) is str and "\x00" not in value:
-        return value
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {type(value).__name__}")
-    return value.replace("\x00", "")
-
-
-def _state(value: Any) -> str:
-    """``state.current`` is a string in 22.05 and a list of flags in 23.02+."""
-    if isinstance(value, list):
-        value = value[0] if value else ""
-    state = _text(value).split(" ")[0].upper()  # text sacct prints "CANCELLED by 0"
-    return state or "UNKNOWN"
+_num = values.num
+_time = values.epoch
+_text = values.text
+_state = values.state
+parse_tres_string = values.parse_tres_string
+_tres_list = values.tres_list
+_gpu_counts = values.gpu_counts
 
 
 def expand_ranges(spec: str) -> list[int]:
@@ -126,70 +95,7 @@ def expand_hostlist(spec: str) -> list[str]:
     return names
 
 
-_MEM_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "P": 1024**3}
-
-
-def parse_tres_string(spec: str) -> dict[str, int]:
-    """``"cpu=16,mem=64G,gres/gpu=8"`` to ``{"cpu": 16, "mem": 65536, "gres/gpu": 8}``.
-
-    Memory becomes MB. ``N/A``, empty and unparsable values are left out.
-    """
-    out: dict[str, int] = {}
-    for item in spec.split(","):
-        key, sep, raw = item.strip().partition("=")
-        if not sep or not key:
-            continue
-        unit = raw[-1:].upper()
-        try:
-            if unit in _MEM_UNITS:
-                out[key] = round(float(raw[:-1]) * _MEM_UNITS[unit])
-            else:
-                out[key] = int(float(raw))
-        except ValueError:
-            continue
-    return out
-
-
 # --- GPUs from allocated TRES ---------------------------------------------------------
-
-
-def _gpu_counts(tres: Mapping[str, int]) -> tuple[int, int, dict[str, int]]:
-    """(GPU devices, shards, devices per type) from ``gres/...`` TRES names, as Slurm counts
-    them.
-
-    ``gres/gpu`` is the total; ``gres/gpu:<type>`` the per-type split. When a site only
-    accounts typed GPUs the total is their sum. ``gres/shard`` counts shards. A MIG slice is
-    one device here (``gres/gpu:a100_1g.5gb=1``), as in Slurm's accounting and limits; the
-    importer turns it into its fraction of the parent GPU with the cluster's table
-    (``apps.analysis.chargeback.gpu_allocation``).
-    """
-    types: dict[str, int] = {}
-    typed_shards = 0
-    for key, value in tres.items():
-        if key.startswith("gres/gpu:"):
-            if value:
-                types[key[len("gres/gpu:"):]] = value
-        elif key.startswith("gres/shard:"):
-            typed_shards += value
-    gpus = tres["gres/gpu"] if "gres/gpu" in tres else sum(types.values())
-    shards = tres.get("gres/shard", typed_shards)
-    return gpus, shards, types
-
-
-def _tres_list(items: Any) -> dict[str, int]:
-    """sacct JSON's ``[{"type": "gres", "name": "gpu:h100", "count": 8}]`` to a name->count dict."""
-    out: dict[str, int] = {}
-    for item in items or []:
-        kind, name, count = item.get("type"), item.get("name"), item.get("count")
-        if type(count) is not int:  # the common case is a plain int: skip the calls
-            count = _num(count)
-        if type(kind) is not str or "\x00" in kind:
-            kind = _text(kind)
-        if type(name) is not str or "\x00" in name:
-            name = _text(name)
-        if kind and count is not None:
-            out[f"{kind}/{name}" if name else kind] = count
-    return out
 
 
 def _tres_text(tres: Mapping[str, int]) -> str:
@@ -200,26 +106,25 @@ def _tres_text(tres: Mapping[str, int]) -> str:
 # --- sacct --json / slurmdbd jobs -----------------------------------------------------
 
 
-def _exit_from_json(value: Any, state: str) -> tuple[ExitStatus | None, bool]:
-    """(exit status, unresolved) from a dbv0.0.38 ``exit_code`` object.
+def _exit_from_json(value: Any, state: str,
+                    parser: DataParser | None) -> tuple[ExitStatus | None, bool]:
+    """(exit status, unresolved) from slurmdbd's ``exit_code`` object, any version.
 
-    Slurm 22.05 reports ``SUCCESS/0`` for a job that exited non-zero (the database holds
-    768 for exit 3), so ``SUCCESS`` is believed only for COMPLETED jobs; signals and
-    explicit failures are right. Active jobs have no exit yet.
+    Slurm 22.05 (v0.0.37/38) reports ``SUCCESS/0`` for a job that exited non-zero (the
+    database holds 768 for exit 3), so there a plain ``SUCCESS`` is believed only for
+    COMPLETED jobs; signals and explicit failures are right. A version known to decode the
+    wait status (``DataParser.exit_trusted``) is believed as it is. Active jobs have no
+    exit yet.
     """
     if state in ACTIVE_STATES:
         return None, False
-    value = value or {}
-    status = _text(value.get("status")).upper()
-    signal = _num((value.get("signal") or {}).get("signal_id"))
-    code = _num(value.get("return_code"))
-    if status == "SIGNALED" and signal is not None:
-        return ExitStatus(0, signal), False
-    if status == "FAILED" and code:
-        return ExitStatus(code, 0), False
-    if state == "COMPLETED" and status in ("SUCCESS", ""):
-        return ExitStatus(0, 0), False
-    return None, True
+    said = values.exit_code(value or {})
+    trusted = parser is not None and parser.exit_trusted
+    if said.status is None:
+        return None, True
+    if said.doubtful and not trusted and state != "COMPLETED":
+        return None, True
+    return said.status, False
 
 
 def _display_id(job_id: int, array_job: int | None, task: int | None, pending: str,
@@ -234,16 +139,32 @@ def _display_id(job_id: int, array_job: int | None, task: int | None, pending: s
 
 
 def _array_fields(rec: Record) -> tuple[int | None, int | None, str]:
+    """(array job id, task id, pending remainder) of a record. ``array.task`` is the
+    remainder a record of the whole array stands for: a hex bitmap (``0x3FC``, what
+    slurmdbd stores) or a range list (``2-9%2``)."""
     array = rec.get("array") or {}
     array_job = _num(array.get("job_id")) or None
     task = _num(array.get("task_id"))
-    bitmap = array.get("task")
-    pending = compress_ranges(bitmap_tasks(bitmap)) if bitmap and task is None else ""
+    remainder = _text(array.get("task"))
+    pending = ""
+    if remainder and task is None:
+        if remainder.lower().startswith("0x"):
+            pending = compress_ranges(bitmap_tasks(remainder))
+        else:
+            pending = compress_ranges(expand_ranges(remainder.split("%")[0]))
     return array_job, task, pending
 
 
-def parse_sacct_job(rec: Record) -> SlurmJob:
-    """One ``jobs[]`` element of ``sacct --json`` (or slurmdbd REST) to a ``SlurmJob``.
+def parse_sacct_job(rec: Record, parser: DataParser | None = None) -> SlurmJob:
+    """One ``jobs[]`` element of ``sacct --json`` (or slurmdbd REST), any data parser
+    version, to a ``SlurmJob``. ``parser`` is the document's version when known (it decides
+    whether a plain ``SUCCESS`` exit is believed).
+
+    GPUs come from the allocated TRES (``gpu_source`` "accounting"). A site whose
+    accounting does not track ``gres/gpu`` has none there: a job that started then gets
+    what it asked for on its ``sbatch`` command line (``submit_line``, ``gpu_source``
+    "submit_line") when that says it unambiguously; the queue sync adds slurmctld's view
+    (``tres_per_job``, ``gres_detail``) for jobs it sees.
 
     Raises ``KeyError``/``ValueError``/``TypeError``/``AttributeError`` on a malformed
     record; ``iter_sacct_json`` turns those into a ``RecordError``.
@@ -255,14 +176,23 @@ def parse_sacct_job(rec: Record) -> SlurmJob:
     submit = _time(times["submission"])
     if submit is None:
         raise ValueError("no submission time")
-    state = _state(rec["state"]["current"])
+    state_field = rec["state"]
+    if not isinstance(state_field, Mapping):
+        raise ValueError(f"state is not an object: {state_field!r}")
+    state = values.job_state(state_field.get("current"))
     array_job, task, pending = _array_fields(rec)
     het = rec.get("het") or {}
     het_job = _num(het.get("job_id")) or None
     het_offset = _num(het.get("job_offset")) if het_job else None
     tres = _tres_list((rec.get("tres") or {}).get("allocated"))
+    start = _time(times.get("start")) if state != "PENDING" else None
+    node_count = _num(rec.get("allocation_nodes")) or 0
     gpus, shards, types = _gpu_counts(tres)
-    exit_status, unresolved = _exit_from_json(rec.get("exit_code"), state)
+    source = GpuSource.ACCOUNTING if gpus or shards else ""
+    if not source and start is not None and node_count:  # it ran on nodes
+        gpus, types, source = gpu_requests.gpus_from_submit_line(
+            _text(rec.get("submit_line")), node_count)
+    exit_status, unresolved = _exit_from_json(rec.get("exit_code"), state, parser)
     nodes = _text(rec.get("nodes"))
     association = rec.get("association") or {}
     return SlurmJob(
@@ -278,12 +208,12 @@ def parse_sacct_job(rec: Record) -> SlurmJob:
         work_dir=_text(rec.get("working_directory")),
         comment=_text((rec.get("comment") or {}).get("job")),
         state=state,
-        reason=_pending_reason(state, (rec["state"] or {}).get("reason")),
-        wait_reason=_wait_reason(state, (rec["state"] or {}).get("reason")),
+        reason=_pending_reason(state, state_field.get("reason")),
+        wait_reason=_wait_reason(state, state_field.get("reason")),
         exit=exit_status,
         exit_unresolved=unresolved,
         eligible_time=_time(times.get("eligible")),
-        start_time=_time(times.get("start")) if state != "PENDING" else None,
+        start_time=start,
         end_time=_time(times.get("end")) if state not in ACTIVE_STATES else None,
         time_limit_min=_num(times.get("limit")),
         array_job_id=array_job,
@@ -292,7 +222,7 @@ def parse_sacct_job(rec: Record) -> SlurmJob:
         het_job_id=het_job,
         het_job_offset=het_offset,
         nodes="" if nodes == "None assigned" else nodes,
-        node_count=_num(rec.get("allocation_nodes")) or 0,
+        node_count=node_count,
         cpus=tres.get("cpu", 0),
         memory_mb=tres.get("mem", 0),
         mem_peak_mb=_max_rss_mb(rec.get("steps")),
@@ -300,6 +230,7 @@ def parse_sacct_job(rec: Record) -> SlurmJob:
         gpu_shards=shards,
         gpu_types=types,
         tres_alloc=_tres_text(tres),
+        gpu_source=source,
     )
 
 
@@ -335,8 +266,34 @@ def _job_id_hint(rec: Any) -> int | None:
         return None
 
 
+class _Dialect:
+    """The data parser of a stream being read: the one its reader expects (slurmrestd's
+    URL names it), checked against the document's ``meta`` whenever that arrives (first
+    in sacct's output, last in slurmrestd's)."""
+
+    def __init__(self, expected: DataParser | None, members: dict[str, Any]) -> None:
+        self.parser = expected
+        self.members = members
+        self.checked = False
+
+    def check(self) -> DataParser | None:
+        """Detect (or confirm) the version once ``meta`` has been read; raises
+        ``UnknownDataParser`` for a version Beacon does not read or one that contradicts
+        what was expected."""
+        if self.checked or "meta" not in self.members:
+            return self.parser
+        self.checked = True
+        found = detect(self.members["meta"])
+        if self.parser is not None and found.name != self.parser.name:
+            raise UnknownDataParser(f"asked for Slurm JSON in {self.parser.name}, got "
+                                    f"{found.name}")
+        self.parser = found
+        return found
+
+
 def iter_sacct_json(stream: IO[bytes], members: dict[str, Any] | None = None,
                     prepare: Callable[[dict[str, Any]], None] | None = None,
+                    parser: DataParser | None = None,
                     ) -> Iterator[SlurmJob | RecordError]:
     """Stream ``sacct --json`` output: one ``SlurmJob`` or ``RecordError`` per record.
 
@@ -348,24 +305,34 @@ def iter_sacct_json(stream: IO[bytes], members: dict[str, Any] | None = None,
     ``RecordError``. ``members``, when given, receives the other top-level members
     (``meta``, ``errors``, ``warnings``) as they are read; ``prepare``, when given, may
     correct each raw record before it is parsed (a data parser's known quirk).
+
+    The document's data parser (``parser`` when the caller knows it, else what ``meta``
+    says) is checked as soon as ``meta`` is read: a version Beacon does not read raises
+    ``UnknownDataParser`` there, before any further record. A document without ``meta``
+    is read by shape, doubting 22.05-style exit codes; ``import_sacct`` refuses such a
+    file unless told its version.
     """
     index = -1
     last_id: int | None = None
+    members = {} if members is None else members
+    dialect = _Dialect(parser, members)
     try:
         chunks = jsonstream.read_chunks(stream)
         for records in jsonstream.stream(chunks, "jobs", members, batches=False):
+            version = dialect.check()
             for rec in records:
                 index += 1
                 try:
                     if prepare is not None:
                         prepare(rec)
-                    job = parse_sacct_job(rec)
+                    job = parse_sacct_job(rec, version)
                 except (KeyError, ValueError, TypeError, AttributeError, OverflowError) as exc:
                     last_id = _job_id_hint(rec)
                     yield RecordError(index, last_id, _describe(exc))
                     continue
                 last_id = job.job_id
                 yield job
+        dialect.check()
     except jsonstream.JsonStreamError as exc:
         where = f"after record #{index} (job {last_id})" if index >= 0 else "before any record"
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -403,26 +370,31 @@ def parse_exit_codes(text: str) -> dict[int, ExitStatus]:
 
 
 def parse_squeue_json(data: Record) -> list[QueueEntry]:
-    """Live jobs from ``squeue --json`` (or ``/slurm/v0.0.38/jobs``).
+    """Jobs from ``squeue --json`` or ``/slurm/<v>/jobs`` (``scontrol --json show job``),
+    any data parser version.
 
-    ``squeue --json`` ignores its filters and lists finished jobs still in slurmctld's
-    memory; they are kept here (their raw ``exit_code`` is the trustworthy one) and the
-    caller filters by state.
+    22.05's ``squeue --json`` and every version's ``/slurm/<v>/jobs`` also list finished
+    jobs still in slurmctld's memory (24.11+'s ``squeue --json`` lists only pending and
+    running ones); they are kept here (their exit code is slurmctld's) and the caller
+    filters by state. Each entry carries the GPUs slurmctld says the job holds
+    (``gpu_requests.gpus_from_slurmctld``).
     """
     entries: list[QueueEntry] = []
     for rec in data.get("jobs") or []:
-        state = _state(rec.get("job_state"))
-        raw_exit = _num(rec.get("exit_code"))
+        state = values.job_state(rec.get("job_state"))
+        said = values.exit_code(rec.get("exit_code"))
+        gpus, gpu_types, gpu_source = gpu_requests.gpus_from_slurmctld(
+            rec, _num(rec.get("node_count")) or 0, _num(rec.get("tasks")) or 0)
         entries.append(QueueEntry(
             job_id=int(rec["job_id"]),
             state=state,
             reason=_pending_reason(state, rec.get("state_reason")),
             estimated_start=_time(rec.get("start_time")) if state == "PENDING" else None,
-            exit=(ExitStatus.from_wait_status(raw_exit)
-                  if raw_exit is not None and state not in ACTIVE_STATES else None),
+            exit=said.status if state not in ACTIVE_STATES else None,
             array_job_id=_num(rec.get("array_job_id")) or None,
             array_task_id=_num(rec.get("array_task_id")),
             user_name=_text(rec.get("user_name")),
+            gpus=gpus, gpu_types=gpu_types, gpu_source=gpu_source,
         ))
     return entries
 

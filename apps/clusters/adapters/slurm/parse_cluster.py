@@ -5,16 +5,17 @@ Django).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from apps.clusters.adapters.slurm import values
 from apps.clusters.adapters.slurm.parse import (
     _gpu_counts,
     _num,
-    _state,
     _text,
     _tres_list,
     parse_tres_string,
@@ -32,41 +33,75 @@ Record = Mapping[str, Any]
 
 # --- sinfo --json / slurm REST nodes; partitions --------------------------------------
 
-_GRES_COUNT = re.compile(r"gpu(?::(?P<type>[^:(,]+))?:(?P<count>\d+)")
+def node_gpus(gres: str) -> tuple[str, int, dict[str, int]]:
+    """A node's ``gres`` (``gpu:h100:8(S:0-1)``; several models ``gpu:h100:2,gpu:h200:4``;
+    MIG profiles ``gpu:1g.10gb:7``) to (models joined by "+", GPUs in all, GPUs per model).
+    Untyped GPUs (``gpu:8``) count, with no model."""
+    per_type = values.gpus_by_type(values.gres_items(gres))
+    typed = {k: v for k, v in per_type.items() if k}
+    return "+".join(sorted(typed)), sum(per_type.values()), typed
 
 
 def _gres_total(gres: str) -> tuple[str, int]:
-    """``gpu:h100:8`` or ``gpu:8(S:0-1)`` to ("h100", 8)."""
-    match = _GRES_COUNT.search(gres)
-    if not match:
-        return "", 0
-    return match["type"] or "", int(match["count"])
+    """``gpu:h100:8`` to ("h100", 8) (the pyslurm backend's reading)."""
+    gpu_type, count, _ = node_gpus(gres)
+    return gpu_type, count
 
 
 def _gres_used(gres_used: str) -> int:
-    """``gpu:h100:3(IDX:0-2)`` to 3."""
-    match = re.search(r"gpu(?::[^:(,]+)?:(\d+)", gres_used)
-    return int(match[1]) if match else 0
+    """``gpu:h100:1(IDX:0),gpu:h200:2(IDX:2-3)`` to 3."""
+    return sum(values.gpus_by_type(values.gres_items(gres_used)).values())
+
+
+def _node(name: str, state: Any, partitions: list[str], cpus: Any, memory: Any,
+          gres: str, gres_used: str, reason: Any) -> SlurmNode:
+    gpu_type, gpu_count, gpu_types = node_gpus(gres)
+    words = values.flags(state)
+    return SlurmNode(
+        name=name, state="+".join(w.lower() for w in words) or "unknown",
+        partitions=tuple(partitions), cpus=_num(cpus) or 0, memory_mb=_num(memory) or 0,
+        gpu_type=gpu_type, gpu_count=gpu_count, gpus_used=_gres_used(gres_used),
+        reason=_text(reason), gpu_types=gpu_types)
 
 
 def parse_sinfo_json(data: Record) -> list[SlurmNode]:
-    """Nodes from ``sinfo --json`` / ``/slurm/v0.0.38/nodes``. ``state`` joins its flags."""
+    """Nodes from ``/slurm/<v>/nodes``, ``scontrol --json show nodes`` or 22.05's ``sinfo
+    --json`` (a ``nodes`` list: one record per node; ``state`` a word plus ``state_flags``
+    in v0.0.38, a list of words since), or from 23.02+'s ``sinfo --json`` (a ``sinfo`` list:
+    one entry per node group and partition, merged here by node). ``state`` joins base and
+    flags: ``idle+drain``."""
+    if "sinfo" in data and "nodes" not in data:
+        return _from_sinfo_entries(data.get("sinfo") or [])
     nodes: list[SlurmNode] = []
     for rec in data.get("nodes") or []:
-        gpu_type, gpu_count = _gres_total(_text(rec.get("gres")))
-        flags = [f for f in rec.get("state_flags") or [] if isinstance(f, str)]
-        nodes.append(SlurmNode(
-            name=_text(rec["name"]),
-            state="+".join([_state(rec.get("state")).lower(), *[f.lower() for f in flags]]),
-            partitions=tuple(_text(p) for p in rec.get("partitions") or []),
-            cpus=_num(rec.get("cpus")) or 0,
-            memory_mb=_num(rec.get("real_memory")) or 0,
-            gpu_type=gpu_type,
-            gpu_count=gpu_count,
-            gpus_used=_gres_used(_text(rec.get("gres_used"))),
-            reason=_text(rec.get("reason")),
-        ))
+        state = [*values.flags(rec.get("state")), *values.flags(rec.get("state_flags"))]
+        nodes.append(_node(
+            _text(rec["name"]), state, [_text(p) for p in rec.get("partitions") or []],
+            rec.get("cpus"), rec.get("real_memory"), _text(rec.get("gres")),
+            _text(rec.get("gres_used")), rec.get("reason")))
     return nodes
+
+
+def _from_sinfo_entries(entries: list[Any]) -> list[SlurmNode]:
+    """sinfo's grouped entries, one node each where sinfo did not group (a group's GRES in
+    use cannot be split between its nodes: a node of a group of several reports none)."""
+    by_name: dict[str, SlurmNode] = {}
+    for entry in entries:
+        names = [_text(n) for n in (entry.get("nodes") or {}).get("nodes") or []]
+        partition = _text((entry.get("partition") or {}).get("name"))
+        gres = entry.get("gres") or {}
+        alone = len(names) == 1
+        for name in names:
+            node = by_name.get(name) or _node(
+                name, (entry.get("node") or {}).get("state"), [],
+                (entry.get("cpus") or {}).get("maximum"),
+                (entry.get("memory") or {}).get("maximum"), _text(gres.get("total")),
+                _text(gres.get("used")) if alone else "",
+                (entry.get("reason") or {}).get("description"))
+            if partition and partition not in node.partitions:
+                node = dataclasses.replace(node, partitions=(*node.partitions, partition))
+            by_name[name] = node
+    return list(by_name.values())
 
 
 def _minutes(value: str) -> int | None:
@@ -105,16 +140,25 @@ def parse_scontrol_partitions(text: str) -> list[SlurmPartition]:
 
 
 def parse_rest_partitions(data: Record) -> list[SlurmPartition]:
-    """``/slurm/v0.0.38/partitions``; ``max_time_limit`` is minutes, huge values = unlimited."""
+    """``/slurm/<v>/partitions``: v0.0.37/38 ``flags``, ``state``, ``max_time_limit`` and
+    ``nodes`` as a string; v0.0.40+ ``partition.state`` (a list), ``maximums.time`` (wrapped)
+    and ``nodes.configured``. Limits are minutes; huge or infinite values are unlimited."""
     out: list[SlurmPartition] = []
     for rec in data.get("partitions") or []:
-        flags = [_text(f).upper() for f in rec.get("flags") or []]
-        limit = _num(rec.get("maximum_time", rec.get("max_time_limit")))
+        inner = rec.get("partition") if isinstance(rec.get("partition"), Mapping) else {}
+        flags = values.flags(rec.get("flags")) + values.flags(inner.get("flags"))
+        state = inner.get("state", rec.get("state"))
+        limit = (rec.get("maximums") or {}).get("time") if "maximums" in rec \
+            else rec.get("maximum_time", rec.get("max_time_limit"))
+        minutes = _num(limit)
+        nodes = rec.get("nodes")
+        if isinstance(nodes, Mapping):
+            nodes = nodes.get("configured")
         out.append(SlurmPartition(
-            name=_text(rec["name"]), state=_state(rec.get("state")).lower(),
+            name=_text(rec["name"]), state=values.state(state).lower(),
             is_default="DEFAULT" in flags,
-            max_time_min=limit if limit is not None and 0 <= limit < 0xFFFFFFFE else None,
-            nodes=_text(rec.get("nodes")),
+            max_time_min=minutes if minutes is not None and 0 <= minutes < 0xFFFFFFFE else None,
+            nodes=_text(nodes),
         ))
     return out
 
@@ -238,6 +282,57 @@ def parse_sshare(text: str) -> list[ShareRow]:
     return rows
 
 
+def _finite(value: Any) -> float | None:
+    """A float field, plain or wrapped; unset, infinite and Slurm's 2^64 "inf" are None."""
+    if isinstance(value, Mapping):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and abs(number) < 1e18 else None
+
+
+def _named_values(items: Any, scale: float = 1.0) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items or []:
+        number = _finite(item.get("value"))
+        if number is not None and item.get("name"):
+            out[_text(item["name"])] = number * scale
+    return out
+
+
+def parse_rest_shares(data: Record) -> list[ShareRow]:
+    """``/slurm/<v>/shares`` (Slurm 24.05+): the rows of ``sshare -a``. An ``ASSOCIATION``
+    row is an account, a ``USER`` row a user in its parent account; the root account's
+    own row is skipped, as for sshare. TRES run seconds become minutes, as sshare prints."""
+    shares = data.get("shares") or {}
+    rows: list[ShareRow] = []
+    for rec in shares.get("shares") or [] if isinstance(shares, Mapping) else []:
+        user_row = "USER" in values.flags(rec.get("type"))
+        name, parent = _text(rec.get("name")), _text(rec.get("parent"))
+        if not user_row and (not name or (name == "root" and not parent)):
+            continue
+        tres = rec.get("tres") or {}
+        fairshare = rec.get("fairshare") or {}
+        raw = _named_values(tres.get("usage"))
+        rows.append(ShareRow(
+            account=parent if user_row else name, user=name if user_row else "",
+            raw_shares=_num(rec.get("shares")), norm_shares=_finite(rec.get("shares_normalized")),
+            raw_usage=_num(rec.get("usage")) or 0,
+            effective_usage=_finite(rec.get("effective_usage")),
+            fairshare=_finite(fairshare.get("factor")) if user_row else None,
+            level_fs=_finite(fairshare.get("level")),
+            grp_tres_mins={k: round(v) for k, v in
+                           _named_values(tres.get("group_minutes")).items()},
+            tres_run_mins={k: round(v) for k, v in
+                           _named_values(tres.get("run_seconds"), 1 / 60).items()},
+            grp_tres_raw=raw,
+        ))
+    return rows
+
+
 # --- sdiag: the cheap change marker ---------------------------------------------------
 
 _SDIAG_LINE = re.compile(
@@ -267,7 +362,7 @@ def diag_marker(data: Record) -> str:
             "jobs_canceled", "jobs_failed", "jobs_running", "jobs_pending")
     if not stats:
         raise ValueError("diag has no statistics")
-    return ";".join(f"{k}={stats.get(k, '')}" for k in keys)
+    return ";".join(f"{k}={_num(stats.get(k))}" for k in keys)
 
 
 # --- sreport / sacct -X -T / sacctmgr modify: chargeback and quotas ---------------------
@@ -311,7 +406,7 @@ def parse_sacct_allocations(text: str) -> list[JobAllocation]:
         out.append(JobAllocation(
             job_id=int(job_id), account=account, user=user, gpus=gpus, gpu_shards=shards,
             elapsed_s=_int_or_none(elapsed) or 0, start=_utc(start), end=_utc(end),
-            state=_state(state)))
+            state=values.job_state(state)))
     return out
 
 

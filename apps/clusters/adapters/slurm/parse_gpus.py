@@ -10,53 +10,64 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from apps.clusters.adapters.slurm import values
 from apps.clusters.adapters.slurm.parse import (
     Record,
-    _state,
     _text,
     expand_hostlist,
     expand_ranges,
 )
 from apps.clusters.adapters.slurm.types import GpuBinding
 
-_GRES_DETAIL = re.compile(r"^gpu(?::(?P<type>[^:(]+))?:(?P<count>\d+)\(IDX:(?P<idx>[^)]*)\)")
+
+def gres_indices(detail: str) -> list[tuple[str, tuple[int, ...]]]:
+    """``gpu:h100:1(IDX:0),gpu:h200:2(IDX:2-3)`` to ``[("h100", (0,)), ("h200", (2, 3))]``:
+    every GPU model one node gave a job, with its indices (a node may hold several models,
+    all in one string). Items without indices (``IDX:N/A``, shards) are left out."""
+    out = []
+    for item in values.gres_items(detail):
+        if item.name == "gpu" and item.indices:
+            out.append((item.type, tuple(expand_ranges(item.indices))))
+    return out
 
 
-def _gres_indices(detail: str) -> tuple[str, list[int]]:
-    """``gpu:h100:8(IDX:0-7)`` to ("h100", [0..7]); anything else to ("", [])."""
-    for part in re.split(r",(?=gpu)", detail):
-        match = _GRES_DETAIL.match(part.strip())
-        if match and match["idx"] not in ("", "N/A"):
-            return match["type"] or "", expand_ranges(match["idx"])
-    return "", []
-
-
-def _allocated_node_names(rec: Record) -> list[str]:
-    """Node names in ``gres_detail`` order: v0.0.38 lists ``allocated_nodes[].nodename``;
-    v0.0.37 has a dict keyed by position, in the order of the ``nodes`` host list."""
+def allocated_node_names(rec: Record) -> list[str]:
+    """A job's nodes in ``gres_detail`` order, from any version's ``job_resources``:
+    v0.0.41+ ``nodes.allocation[].name``; v0.0.38/40 ``allocated_nodes[].nodename``; v0.0.37
+    a dict keyed by position. Else its host list (``job_resources.nodes`` as a string,
+    ``nodes.list``, or the job's ``nodes``), expanded in Slurm's order."""
     resources = rec.get("job_resources") or {}
-    allocated = resources.get("allocated_nodes") or []
-    if isinstance(allocated, list) and all(isinstance(n, Mapping) for n in allocated):
+    nodes = resources.get("nodes")
+    if isinstance(nodes, Mapping):
+        names = [_text(n.get("name")) for n in nodes.get("allocation") or []
+                 if isinstance(n, Mapping)]
+        if names and all(names):
+            return names
+    allocated = resources.get("allocated_nodes")
+    if isinstance(allocated, list) and allocated \
+            and all(isinstance(n, Mapping) for n in allocated):
         names = [_text(n.get("nodename")) for n in allocated]
         if all(names):
             return names
-    return expand_hostlist(_text(resources.get("nodes") or rec.get("nodes")))
+    if isinstance(nodes, Mapping):
+        nodes = nodes.get("list")
+    return expand_hostlist(_text(nodes or rec.get("nodes")))
 
 
 def bindings_from_squeue(data: Record) -> list[GpuBinding]:
-    """GPU indices per node from squeue/slurm REST ``gres_detail`` (running jobs).
+    """GPU indices per node from squeue/slurm REST ``gres_detail`` (running jobs), one
+    binding per node and GPU model.
 
     ``gres_detail[i]`` belongs to the i-th allocated node.
     """
     out: list[GpuBinding] = []
     for rec in data.get("jobs") or []:
-        if _state(rec.get("job_state")) != "RUNNING":
+        if values.job_state(rec.get("job_state")) != "RUNNING":
             continue
-        nodes = _allocated_node_names(rec)
+        nodes = allocated_node_names(rec)
         for node, detail in zip(nodes, rec.get("gres_detail") or [], strict=False):
-            gpu_type, indices = _gres_indices(_text(detail))
-            if indices:
-                out.append(GpuBinding(int(rec["job_id"]), node, tuple(indices), gpu_type))
+            for gpu_type, indices in gres_indices(_text(detail)):
+                out.append(GpuBinding(int(rec["job_id"]), node, indices, gpu_type))
     return out
 
 
@@ -82,9 +93,8 @@ def parse_scontrol_bindings(text: str) -> list[GpuBinding]:
         elif match := _STATE.search(line):
             running = match[1] == "RUNNING"
         elif (match := _DETAIL.match(line)) and job_id is not None and running:
-            gpu_type, indices = _gres_indices(match[2])
-            if indices:
-                out.extend(GpuBinding(job_id, node, tuple(indices), gpu_type)
+            for gpu_type, indices in gres_indices(match[2]):
+                out.extend(GpuBinding(job_id, node, indices, gpu_type)
                            for node in expand_hostlist(match[1]))
     return out
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from apps.clusters.adapters.slurm.cli import SlurmCli
 from apps.clusters.adapters.slurm.files import SlurmFiles
+from apps.clusters.adapters.slurm.pyslurm import NOTE as PYSLURM_NOTE
 from apps.clusters.adapters.slurm.pyslurm import SlurmPyslurm
 from apps.clusters.adapters.slurm.rest import SlurmRest
 from apps.clusters.adapters.slurm.types import SlurmClient
@@ -25,6 +26,8 @@ BACKENDS: dict[str, Callable[[Mapping[str, Any]], SlurmClient]] = {
     "pyslurm": SlurmPyslurm.from_options,
     "files": SlurmFiles.from_options,
 }
+# What a page says beside a backend that has not run against a real Slurm here
+NOTES: dict[str, str] = {"pyslurm": PYSLURM_NOTE}
 
 
 def slurm_client(backend: str, options: Mapping[str, Any]) -> SlurmClient:

@@ -1,27 +1,32 @@
-"""The ``rest`` Slurm backend: slurmrestd with JWT, OpenAPI plugin versions v0.0.38 and v0.0.37.
+"""The ``rest`` Slurm backend: slurmrestd with a JWT, at any API version from v0.0.37 (Slurm
+21.08/22.05) to v0.0.45 (26.05) (``versions.DATA_PARSERS``: the rows with ``rest``).
 
-Bodies have the shape of ``sacct/squeue/sinfo --json`` and go through the same parsers. A
-version is a row in ``API_VERSIONS`` (its URL prefixes); a newer one (v0.0.39+, Slurm 23.02)
-adds a row plus whatever its data parser changed (wrapped numbers and state lists are
-already accepted by ``parse``).
+Bodies have the shape of ``sacct/squeue --json`` at the same version and go through the same
+parsers. With no ``version`` set the backend asks the server which versions it serves
+(``GET /openapi/v3``, remembered per URL for an hour) and speaks the newest one Beacon
+reads; a version set that the server does not serve is refused by the server (HTTP 404).
 
 Options (``Cluster.slurm_settings``): ``url`` ("http://127.0.0.1:6820"), ``user`` (the
 ``X-SLURM-USER-NAME``), ``token`` or ``token_file`` (a JWT from ``scontrol token``; the file
-is read each time a client is built, so it can be rotated), ``version`` ("v0.0.38"),
-``timeout`` (seconds, default 30), ``cluster`` (restricts slurmdbd queries to one cluster:
-without it slurmdbd answers for every cluster it knows).
+is read each time a client is built, so it can be rotated), ``version`` ("v0.0.42"; empty:
+the newest the server offers), ``timeout`` (seconds, default 30), ``cluster`` (restricts
+slurmdbd queries to one cluster: without it slurmdbd answers for every cluster it knows).
 
-Not available over REST in 22.05: ``sshare`` (``shares()`` raises ``AdapterError``) and
-batch scripts (``job_scripts()`` returns nothing, so REST clusters get no AI labels).
+What each version can do (``versions.RestFeatures``; ``cannot`` says it before a button is
+pressed): fairshare (``/slurm/<v>/shares``), batch scripts (``show_batch_script``) and limit
+writes that change only what they name exist from v0.0.40 (Slurm 23.11); 22.05's v0.0.37/38
+have none of them. No version has sreport's usage report or a stored job environment.
+Exit codes: 22.05's slurmdbd JSON gets non-zero exits wrong, so for v0.0.37/38
+``exit_codes`` reads slurmctld's raw wait status, which exists only while the job is still
+in slurmctld's memory (``MinJobAge``, 300 s by default); later versions are right as they are.
 v0.0.37's job records give the eligible time as ``start``: the start is rebuilt from
-``elapsed`` (``_start_from_elapsed``). Exit codes: slurmdbd's JSON has the 22.05 bug in both
-versions, so ``exit_codes`` reads slurmctld's raw wait status, which exists only while the
-job is still in slurmctld's memory (``MinJobAge``, 300 s by default): sync at least that often.
+``elapsed`` (``_start_from_elapsed``).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -33,37 +38,18 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 
-from apps.clusters.adapters.slurm import parse, parse_gpus
+from apps.clusters.adapters.slurm import parse, parse_gpus, versions
 from apps.clusters.adapters.slurm import parse_cluster as cparse
 from apps.clusters.adapters.slurm import types as st
+from apps.clusters.adapters.slurm.rest_limits import limit_body
+from apps.clusters.adapters.slurm.versions import DataParser, RestFeatures
 from apps.core.errors import AdapterError, TransientAdapterError
 
-
-@dataclass(frozen=True)
-class ApiVersion:
-    """URL prefixes of one OpenAPI plugin version, and the ``state`` filter that makes a
-    window query include jobs that never became eligible (held, then cancelled), as
-    ``sacct -s`` does; None where the version ignores the filter.
-
-    ``start_is_eligible``: the version's ``time.start`` is really the eligible time (22.05.8's
-    dbv0.0.37, seen against the real slurmdbd and in the recordings), so the start is
-    rebuilt from ``elapsed`` (see ``_start_from_elapsed``).
-    """
-
-    slurm: str
-    slurmdb: str
-    window_states: str | None = None
-    start_is_eligible: bool = False
-
-
-_STATES = ("pending,running,suspended,completed,cancelled,failed,timeout,node_fail,"
-           "preempted,boot_fail,deadline,out_of_memory")  # "requeued" does not parse
-API_VERSIONS = {
-    "v0.0.38": ApiVersion("/slurm/v0.0.38", "/slurmdb/v0.0.38", _STATES),
-    "v0.0.37": ApiVersion("/slurm/v0.0.37", "/slurmdb/v0.0.37", start_is_eligible=True),
-}
 _ID_CHUNK = 200
 _TRANSIENT_STATUS = {500, 502, 503, 504}  # slurmrestd answers 500 when slurmctld/dbd is down
+DETECT_FOR = 3600.0  # seconds a server's detected API version is remembered
+_detected: dict[str, tuple[float, str]] = {}  # url -> (when, version)
+_detect_lock = threading.Lock()
 
 
 def _start_from_elapsed(now: float, rec: dict[str, Any]) -> None:
@@ -97,15 +83,18 @@ def _read_token(options: Mapping[str, Any]) -> str:
     return text.removeprefix("SLURM_JWT=")  # `scontrol token` prints SLURM_JWT=...
 
 
-# What 22.05's slurmrestd cannot do, in the words the pages show before a button is pressed.
-CANNOT = {
-    st.Action.QUOTA_PREVIEW: "slurmrestd 22.05 cannot rehearse a limit change (sacctmgr's dry "
-                          "run): previews and quota writes need the cli backend",
-    st.Action.QUOTA_WRITE: "quota writes need the cli backend (sacctmgr): slurmrestd 22.05 "
-                        "would rewrite the whole association",
-    st.Action.RECONCILE: "slurmrestd 22.05 has no usage report (sreport): reconcile with the "
-                      "cli backend",
-}
+def _cannot(parser: DataParser) -> dict[st.Action, str]:
+    """What this API version cannot do, in the words the pages show before a button."""
+    features = parser.rest or RestFeatures()
+    old = f"slurmrestd's API {parser.name} (Slurm {parser.releases[-1]})"
+    out = {st.Action.RECONCILE: "slurmrestd has no usage report (sreport): reconcile with the "
+                                "cli backend"}
+    if not features.limits_write:
+        out[st.Action.QUOTA_WRITE] = (f"quota writes need the cli backend (sacctmgr) or "
+                                      f"Slurm 23.11+: {old} would rewrite the whole association")
+        out[st.Action.QUOTA_PREVIEW] = (f"{old} cannot rehearse a limit change: previews and "
+                                        "quota writes need the cli backend")
+    return out
 
 
 @dataclass
@@ -115,15 +104,13 @@ class SlurmRest:
     url: str
     user: str
     token: str
-    version: str = "v0.0.38"
+    version: str = ""  # "": the newest the server serves (detected once, remembered)
     timeout: float = 30.0
     cluster: str = ""
 
     def __post_init__(self) -> None:
-        if self.version not in API_VERSIONS:
-            raise AdapterError(f"slurmrestd version {self.version!r} is not supported "
-                               f"(use one of {', '.join(API_VERSIONS)})", service="slurm")
-        self.api = API_VERSIONS[self.version]
+        if self.version:
+            self._set_version(self.version)
         self.session = requests.Session()
         # No library retries: Celery retries the whole task with backoff.
         self.session.mount("http://", HTTPAdapter(max_retries=0))
@@ -131,27 +118,61 @@ class SlurmRest:
         self.session.headers.update({"X-SLURM-USER-NAME": self.user,
                                      "X-SLURM-USER-TOKEN": self.token})
 
+    def _set_version(self, name: str) -> None:
+        parser = versions.get(name)
+        if parser.rest is None:
+            raise AdapterError(f"slurmrestd version {name!r} is not one Beacon speaks over "
+                               f"REST (it speaks {_rest_names()})", service="slurm")
+        self.parser, self.version = parser, parser.name
+        self.slurm, self.slurmdb = f"/slurm/{parser.name}", f"/slurmdb/{parser.name}"
+
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> SlurmRest:
         if not options.get("url"):
             raise AdapterError("slurmrestd needs a url", service="slurm")
         return cls(url=str(options["url"]).rstrip("/"), user=str(options.get("user", "")),
-                   token=_read_token(options), version=str(options.get("version", "v0.0.38")),
+                   token=_read_token(options), version=str(options.get("version") or ""),
                    timeout=float(options.get("timeout", 30)),
                    cluster=str(options.get("cluster", "")))
 
+    # --- which API version ------------------------------------------------------------
+
+    def api(self) -> DataParser:
+        """The version spoken: the one set, else the newest the server serves."""
+        if not self.version:
+            self._set_version(self._detect())
+        return self.parser
+
+    def _detect(self) -> str:
+        """The newest version both sides speak, from ``/openapi/v3``'s paths (remembered
+        per URL for ``DETECT_FOR`` seconds: the document is megabytes)."""
+        with _detect_lock:
+            known = _detected.get(self.url)
+            if known and time.monotonic() - known[0] < DETECT_FOR:
+                return known[1]
+        spec = self._json("/openapi/v3", check_errors=False)
+        found = versions.newest_served(spec.get("paths") or {}).name
+        with _detect_lock:
+            _detected[self.url] = (time.monotonic(), found)
+        return found
+
     # --- HTTP --------------------------------------------------------------------------
 
-    def _get(self, path: str, params: Mapping[str, str] | None = None,
-             stream: bool = False) -> requests.Response:
+    def _request(self, method: str, path: str, params: Mapping[str, str] | None = None,
+                 body: Any = None, stream: bool = False) -> requests.Response:
         try:
-            resp = self.session.get(f"{self.url}{path}", params=params, stream=stream,
-                                    timeout=(min(self.timeout, 10), self.timeout))
+            return self.session.request(method, f"{self.url}{path}", params=params,
+                                        json=body, stream=stream,
+                                        timeout=(min(self.timeout, 10), self.timeout))
         except (requests.ConnectionError, requests.Timeout) as exc:
             raise TransientAdapterError(f"slurmrestd unreachable at {self.url}: {exc}",
                                         service="slurm") from exc
         except requests.RequestException as exc:
             raise AdapterError(f"slurmrestd request failed: {exc}", service="slurm") from exc
+
+    def _get(self, path: str, params: Mapping[str, str] | None = None,
+             stream: bool = False) -> requests.Response:
+        resp = self._request("GET", path, params, stream=stream)
         if resp.status_code != 200:
             self._fail(path, resp)
         return resp
@@ -162,12 +183,19 @@ class SlurmRest:
         message = f"slurmrestd {path} answered HTTP {resp.status_code}: {body[:200].strip()}"
         if resp.status_code in (401, 403):
             message = f"slurmrestd refused the token (HTTP {resp.status_code}): check user/token"
+        elif resp.status_code == 404 and "/v0.0." in path:
+            message = (f"slurmrestd does not serve {path} (HTTP 404): set no version to use "
+                       "the newest it offers")
         transient = resp.status_code in _TRANSIENT_STATUS and "Unable to parse" not in body
         error = TransientAdapterError if transient else AdapterError
         raise error(message, service="slurm", detail=body)
 
-    def _json(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
-        resp = self._get(path, params)
+    def _json(self, path: str, params: Mapping[str, str] | None = None,
+              check_errors: bool = True) -> dict[str, Any]:
+        return self._decoded(path, self._get(path, params), check_errors)
+
+    def _decoded(self, path: str, resp: requests.Response,
+                 check_errors: bool = True) -> dict[str, Any]:
         try:
             data = resp.json()
         except ValueError as exc:
@@ -176,7 +204,8 @@ class SlurmRest:
         if not isinstance(data, dict):
             raise AdapterError(f"slurmrestd {path} sent JSON that is not an object",
                                service="slurm")
-        self._raise_errors(path, data.get("errors"))
+        if check_errors:
+            self._raise_errors(path, data.get("errors"))
         return data
 
     @staticmethod
@@ -187,32 +216,37 @@ class SlurmRest:
                                         service="slurm", detail=text)
 
     def _stream_jobs(self, params: dict[str, str]) -> Iterator[st.SlurmJob | st.RecordError]:
-        """Stream ``/slurmdb/.../jobs`` through the sacct parser (bounded memory).
+        """Stream ``/slurmdb/<v>/jobs`` through the sacct parser (bounded memory).
 
         slurmrestd answers 200 with an ``errors`` list when slurmdbd fails behind it (and
         sometimes no jobs at all): that is a failed read, never an empty window. Errors
         sent before the jobs stop the stream at once; errors after them fail it at the end.
         """
         # steps are read, as sacct --json gives them: MaxRSS (the memory peak) is in them
+        parser = self.api()
         params = dict(params)
         if self.cluster:
             params["cluster"] = self.cluster
-        path = f"{self.api.slurmdb}/jobs"
+        path = f"{self.slurmdb}/jobs"
         members: dict[str, Any] = {}
         with self._get(path, params, stream=True) as resp:
             resp.raw.decode_content = True
             prepare = partial(_start_from_elapsed, time.time()) \
-                if self.api.start_is_eligible else None
-            for item in parse.iter_sacct_json(resp.raw, members, prepare):
+                if parser.start_is_eligible else None
+            for item in parse.iter_sacct_json(resp.raw, members, prepare, parser=parser):
                 self._raise_errors(path, members.get("errors"))
                 yield item
         self._raise_errors(path, members.get("errors"))
+        if "jobs" not in members:
+            raise TransientAdapterError(f"slurmrestd {path} sent no job list",
+                                        service="slurm")
 
     # --- the SlurmClient interface -------------------------------------------------------
 
     def change_marker(self) -> str:
+        self.api()
         try:
-            return cparse.diag_marker(self._json(f"{self.api.slurm}/diag"))
+            return cparse.diag_marker(self._json(f"{self.slurm}/diag"))
         except ValueError as exc:
             raise AdapterError(f"slurmrestd diag: {exc}", service="slurm") from exc
 
@@ -223,8 +257,9 @@ class SlurmRest:
         else:
             start = f"now-{max(0, int((datetime.now(tz=UTC) - since).total_seconds()))}seconds"
         params = {"start_time": start, "end_time": "now"}
-        if self.api.window_states:
-            params["state"] = self.api.window_states
+        features = self.api().rest
+        if features is not None and features.window_states:
+            params["state"] = features.window_states
         return self._stream_jobs(params)
 
     def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[st.SlurmJob | st.RecordError]:
@@ -234,86 +269,144 @@ class SlurmRest:
             yield from self._stream_jobs({"step": ",".join(map(str, chunk))})
 
     def exit_codes(self, job_ids: Iterable[int]) -> dict[int, st.ExitStatus]:
+        if self.api().exit_trusted:
+            return {}  # the accounting records are right: nothing to fix
         wanted = {int(i) for i in job_ids}
-        entries = parse.parse_squeue_json(self._json(f"{self.api.slurm}/jobs"))
+        entries = parse.parse_squeue_json(self._json(f"{self.slurm}/jobs"))
         return {e.job_id: e.exit for e in entries if e.job_id in wanted and e.exit is not None}
 
     def queue(self) -> list[st.QueueEntry]:
-        entries = parse.parse_squeue_json(self._json(f"{self.api.slurm}/jobs"))
+        self.api()
+        entries = parse.parse_squeue_json(self._json(f"{self.slurm}/jobs"))
         return [e for e in entries if e.state in st.ACTIVE_STATES]
 
     def gpu_bindings(self) -> list[st.GpuBinding]:
-        return parse_gpus.bindings_from_squeue(self._json(f"{self.api.slurm}/jobs"))
+        self.api()
+        return parse_gpus.bindings_from_squeue(self._json(f"{self.slurm}/jobs"))
 
     def nodes(self) -> list[st.SlurmNode]:
-        return cparse.parse_sinfo_json(self._json(f"{self.api.slurm}/nodes"))
+        self.api()
+        return cparse.parse_sinfo_json(self._json(f"{self.slurm}/nodes"))
 
     def partitions(self) -> list[st.SlurmPartition]:
-        return cparse.parse_rest_partitions(self._json(f"{self.api.slurm}/partitions"))
+        self.api()
+        return cparse.parse_rest_partitions(self._json(f"{self.slurm}/partitions"))
 
     def associations(self) -> list[st.Association]:
-        params = {"cluster": self.cluster} if self.cluster else None
-        return cparse.parse_rest_associations(
-            self._json(f"{self.api.slurmdb}/associations", params))
+        return cparse.parse_rest_associations(self._associations())
+
+    def _associations(self, account: str = "") -> dict[str, Any]:
+        self.api()
+        params = {k: v for k, v in (("cluster", self.cluster), ("account", account)) if v}
+        return self._json(f"{self.slurmdb}/associations", params or None)
 
     def shares(self) -> list[st.ShareRow]:
-        raise AdapterError("fairshare (sshare) has no slurmrestd endpoint in Slurm 22.05: "
-                           "use the cli backend for shares", service="slurm")
+        features = self.api().rest
+        if features is None or not features.shares:
+            raise AdapterError(f"fairshare (sshare) has no slurmrestd endpoint in API "
+                               f"{self.version} (Slurm 24.05+ has one): use the cli backend "
+                               "for shares", service="slurm")
+        return cparse.parse_rest_shares(self._json(f"{self.slurm}/shares"))
 
     def job_scripts(self, job_ids: Iterable[int]) -> dict[str, str]:
-        # slurmdbd's REST job records of 22.05 carry no batch script: no labels from REST.
-        return {}
+        """Stored batch scripts, one request per job: slurmdbd's ``show_batch_script``
+        fails (MySQL error 1054) when one request names several jobs (seen on 26.05.5).
+        22.05's API has no scripts: no labels from REST there."""
+        features = self.api().rest
+        if features is None or not features.job_scripts:
+            return {}
+        out: dict[str, str] = {}
+        for job_id in job_ids:
+            data = self._json(f"{self.slurmdb}/jobs",
+                              {"step": str(int(job_id)), "show_batch_script": "true"})
+            for rec in data.get("jobs") or []:
+                script = rec.get("script")
+                if isinstance(script, str) and script:
+                    out[parse.parse_sacct_job(rec, self.parser).display_id] = script
+        return out
 
     def job_environments(self, job_ids: Iterable[int]) -> dict[str, str]:
-        raise AdapterError("slurmrestd 22.05 returns no job environments (dbv0.0.38 job "
-                           "records have none): use the cli backend (sacct --env-vars)",
-                           service="slurm")
+        raise AdapterError("slurmrestd returns no job environments (its job records have "
+                           "none): use the cli backend (sacct --env-vars)", service="slurm")
 
-    # --- chargeback and quotas: what 22.05's slurmrestd offers cheaply ----------------------
+    # --- chargeback and quotas ------------------------------------------------------------
 
     def account_limits(self, account: str) -> st.Association | None:
-        rows = [a for a in self.associations() if a.account == account and not a.user]
+        rows = [a for a in cparse.parse_rest_associations(self._associations(account))
+                if a.account == account and not a.user]
         return rows[0] if rows else None
 
     def usage_report(self, start: datetime, end: datetime, tres: str) -> list[st.UsageRow]:
-        raise AdapterError(CANNOT[st.Action.RECONCILE], service="slurm")
+        raise AdapterError(_cannot(self.api())[st.Action.RECONCILE], service="slurm")
 
     def job_allocations(self, start: datetime, end: datetime) -> list[st.JobAllocation]:
-        raise AdapterError("slurmrestd 22.05 cannot truncate jobs to a window (sacct -T): "
+        raise AdapterError("slurmrestd cannot truncate jobs to a window (sacct -T): "
                            "reconcile with the cli backend", service="slurm")
 
     def set_account_limit(self, account: str, tres: str, minutes: int | None,
                           dry_run: bool = False) -> st.LimitChange:
-        # POST /slurmdb/v0.0.38/associations replaces whole association records: writing one
-        # limit that way risks resetting the others, so quotas are written with sacctmgr.
-        raise AdapterError(CANNOT[st.Action.QUOTA_WRITE], service="slurm")
+        """Set (``None``: remove) the account's ``GrpTRESMins`` for ``tres``.
+
+        slurmrestd replaces an association's whole ``max.tres`` with what a POST names
+        (seen on 26.05.5: posting one GrpTRESMins entry cleared GrpTRES), so the current
+        record is read and posted back with only this one entry changed (``rest_limits``).
+        There is no dry run over REST: a preview is that body, unsent."""
+        parser = self.api()
+        why = _cannot(parser).get(st.Action.QUOTA_WRITE)
+        if why:
+            raise AdapterError(why, service="slurm")
+        current = [a for a in self._associations(account).get("associations") or []
+                   if a.get("account") == account and not a.get("user")]
+        if not current:
+            raise AdapterError(f"Slurm changed nothing: no account {account} in slurmdbd "
+                               f"(slurmrestd would have created it)", service="slurm")
+        body, said = limit_body(current[0], tres, minutes)
+        path = f"{self.slurmdb}/associations"
+        command = f"POST {path} {json.dumps(body, separators=(',', ':'))}"
+        if dry_run:
+            return st.LimitChange(command=command, applied=False, output=(
+                f"{said} (not sent: slurmrestd has no dry run; this is the request Beacon "
+                "would send)"))
+        resp = self._request("POST", path, body=body)
+        if resp.status_code != 200:
+            self._fail(path, resp)
+        data = self._decoded(path, resp, check_errors=False)
+        if data.get("errors"):
+            raise AdapterError(f"Slurm refused the limit: {json.dumps(data['errors'])[:300]}",
+                               service="slurm", detail=json.dumps(data["errors"]))
+        return st.LimitChange(command=command, output=said, applied=True)
 
     def cancel_job(self, job_id: int) -> None:
         """``DELETE /slurm/<version>/job/{id}`` (SIGKILL by default, as scancel)."""
-        path = f"{self.api.slurm}/job/{int(job_id)}"
-        try:
-            resp = self.session.delete(f"{self.url}{path}",
-                                       timeout=(min(self.timeout, 10), self.timeout))
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            raise TransientAdapterError(f"slurmrestd unreachable at {self.url}: {exc}",
-                                        service="slurm") from exc
-        except requests.RequestException as exc:
-            raise AdapterError(f"slurmrestd request failed: {exc}", service="slurm") from exc
+        self.api()
+        path = f"{self.slurm}/job/{int(job_id)}"
+        resp = self._request("DELETE", path)
         if resp.status_code != 200:
-            if "already completing or completed" in resp.text:
+            if _already_ended(resp.text):
                 return  # ended meanwhile: nothing to cancel
             self._fail(path, resp)
         try:
             errors = resp.json().get("errors")
         except ValueError:
             errors = None
-        if errors and "already completing or completed" not in json.dumps(errors):
+        if errors and not _already_ended(json.dumps(errors)):
             raise AdapterError(f"slurmrestd refused to cancel job {job_id}: "
                                f"{json.dumps(errors)[:200]}", service="slurm")
 
-
     def cannot(self, action: st.Action) -> str:
-        return CANNOT.get(action, "")
+        try:
+            parser = self.api()
+        except AdapterError:
+            return ""  # the server cannot be asked now: the action itself will say why
+        return _cannot(parser).get(action, "")
 
     def accounted_until(self) -> datetime | None:
         return None
+
+
+def _already_ended(text: str) -> bool:
+    return "already completing or completed" in text or "Invalid job id" in text
+
+
+def _rest_names() -> str:
+    return ", ".join(p.name for p in versions.DATA_PARSERS.values() if p.rest is not None)

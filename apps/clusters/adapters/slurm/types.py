@@ -129,6 +129,11 @@ class QueueEntry:
     array_job_id: int | None = None
     array_task_id: int | None = None
     user_name: str = ""
+    # the GPUs slurmctld says the job holds (or asked for), for a site whose accounting does
+    # not count them (``GpuSource``: "accounting" when slurmctld's allocated TRES has them)
+    gpus: int = 0
+    gpu_types: Mapping[str, int] = field(default_factory=dict)
+    gpu_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -259,7 +264,7 @@ class GpuSource(StrEnum):
     TRES_PER_TASK = "tres_per_task"
     GPUS_PER_NODE = "gpus_per_node"
     GRES_DETAIL = "gres_detail"
-    USED_GRES = "used_gres"
+    SUBMIT_LINE = "submit_line"
 
 
 ACTIVE_STATES = frozenset(
