@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 
+from apps.clusters.adapters.slurm.parse_cluster import parse_sinfo_json
 from apps.clusters.importer import import_sacct
 from apps.clusters.models import Cluster, Node
 from apps.core.models import TaskRun
@@ -161,3 +162,32 @@ def test_a_record_that_cannot_be_right_cannot_be_accepted(cluster):
     with pytest.raises(plausibility.NotAcceptable, match="claims more than any cluster has"):
         plausibility.accept(job, admin, "looks fine to me")
     assert Job.objects.get(job_id=2).is_held_back
+
+
+# --- Real recordings are never flagged -------------------------------------------------------
+
+RECORDINGS = sorted(
+    p for p in FIXTURES.rglob("*.json")
+    if p.name.startswith("sacct_") or (p.parent.name == "rest" and p.name.startswith("dbv")
+                                       and "_job" in p.name))
+
+
+def _cluster_as_recorded(path) -> Cluster:
+    """The recording's cluster with the nodes its release's sinfo shows (its capacity)."""
+    doc = json.loads(path.read_text())
+    name = next((j.get("cluster") for j in doc.get("jobs", []) if j.get("cluster")), "dev")
+    cluster = Cluster.objects.create(name=name)
+    release = next((d for d in path.parents if (d / "sinfo.json").exists()), FIXTURES)
+    for node in parse_sinfo_json(json.loads((release / "sinfo.json").read_text())):
+        Node.objects.get_or_create(cluster=cluster, name=node.name, defaults={
+            "gpu_count": node.gpu_count, "gpu_types": dict(node.gpu_types)})
+    return cluster
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_no_record_recorded_on_a_real_slurm_is_flagged(path):
+    cluster = _cluster_as_recorded(path)
+    assert cluster.capacity().gpus  # the check ran against the recorded cluster's GPUs
+    with open(path, "rb") as stream:
+        result = import_sacct(cluster, stream)
+    assert result.created > 0 and result.implausible == 0, result.flagged
