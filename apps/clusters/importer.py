@@ -319,10 +319,10 @@ class JobImporter:
         the reasons."""
         reasons = plausibility.reasons(job, self.capacity, self.now)
         values["implausible"] = reasons
-        accepted = bool(reasons) and old is not None \
-            and old.implausible_accepted_at is not None and _as_list(old.implausible) == reasons
-        values["implausible_accepted_at"] = old.implausible_accepted_at if accepted else None
-        values["implausible_accepted_by_id"] = old.implausible_accepted_by if accepted else None
+        kept = old if old is not None and old.implausible_accepted_at is not None and reasons \
+            and _as_list(old.implausible) == reasons else None
+        values["implausible_accepted_at"] = kept.implausible_accepted_at if kept else None
+        values["implausible_accepted_by_id"] = kept.implausible_accepted_by if kept else None
         if reasons:
             for name in CLAMPED:
                 values[name] = max(-INT_MAX - 1, min(values[name], INT_MAX))
