@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from apps.analysis.hostlist import HostlistError
 from apps.clusters.adapters.slurm.parse import (
     Record,
     _state,
@@ -40,7 +41,16 @@ def _allocated_node_names(rec: Record) -> list[str]:
         names = [_text(n.get("nodename")) for n in allocated]
         if all(names):
             return names
-    return expand_hostlist(_text(resources.get("nodes") or rec.get("nodes")))
+    return _hosts(_text(resources.get("nodes") or rec.get("nodes")))
+
+
+def _hosts(spec: str) -> list[str]:
+    """A job's host list; a malformed one (Slurm never writes one) loses that job's bindings,
+    not every job's: a list of bindings has no place for one record's error."""
+    try:
+        return expand_hostlist(spec)
+    except HostlistError:
+        return []
 
 
 def bindings_from_squeue(data: Record) -> list[GpuBinding]:
@@ -85,7 +95,7 @@ def parse_scontrol_bindings(text: str) -> list[GpuBinding]:
             gpu_type, indices = _gres_indices(match[2])
             if indices:
                 out.extend(GpuBinding(job_id, node, tuple(indices), gpu_type)
-                           for node in expand_hostlist(match[1]))
+                           for node in _hosts(match[1]))
     return out
 
 
