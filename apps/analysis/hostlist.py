@@ -38,8 +38,8 @@ would only import it): NodeSet is a different grammar. It folds on every number 
 (``gpu[01-03]-ib``, which Slurm 22.05 refuses to read back), reads step ranges, set operators and
 ``@group`` names resolved from its configuration files (I/O in a pure module), sorts and
 de-duplicates on reading (Slurm keeps order and duplicates, and GPU bindings pair the i-th node
-with the i-th ``gres_detail``), and has no bound on expansion. Matching ``scontrol`` takes about
-150 lines, typed and tested here.
+with the i-th ``gres_detail``), and has no bound on expansion. Matching ``scontrol`` takes some
+130 lines of code, typed and tested here.
 """
 
 from __future__ import annotations
