@@ -40,6 +40,7 @@ from apps.clusters.adapters.slurm import (
     dumps,
 )
 from apps.clusters.adapters.slurm import parse as slurm_parse
+from apps.clusters.adapters.slurm.gpu_requests import rank as gpu_rank
 from apps.clusters.models import Cluster, SlurmAccount
 from apps.clusters.upsert import existing_rows, refresh_statistics, upsert_jobs
 from apps.core.batch import fewer_collections, forked
@@ -58,7 +59,7 @@ SYNCED_FIELDS = [
     "work_dir", "comment", "state", "wait_reason", "exit_code", "exit_signal", "submit_time",
     "eligible_time", "start_time", "end_time", "time_limit_min", "nodes", "node_count",
     "cpus", "memory_mb", "mem_peak_mb", "gpus", "gpu_shards", "gpu_equivalent", "gpu_types",
-    "tres_alloc",
+    "tres_alloc", "gpu_source",
 ]
 _DIGESTED = [f.attname for f in Job._meta.concrete_fields if f.name in SYNCED_FIELDS]
 _TEXT_LIMITS = {f.name: f.max_length for f in Job._meta.get_fields()
@@ -121,6 +122,10 @@ class _Existing(NamedTuple):
     submit_time: datetime
     start_time: datetime | None
     end_time: datetime | None
+    gpus: int
+    gpu_equivalent: float
+    gpu_types: Any
+    gpu_source: str
 
     def is_newer_than(self, job: SlurmJob) -> bool:
         """True when the stored row is a later state of the job than ``job`` (an old dump,
@@ -274,7 +279,12 @@ class JobImporter:
             "gpu_shards": job.gpu_shards,
             "gpu_equivalent": gpu_equivalent + job.gpu_shards / self.shards_per_gpu,
             "gpu_types": gpu_types, "tres_alloc": job.tres_alloc,
+            "gpu_source": job.gpu_source,
         }
+        if old is not None and old.gpus and gpu_rank(old.gpu_source) > gpu_rank(job.gpu_source):
+            # accounting that does not count GPUs: keep what the queue sync saw slurmctld say
+            values.update(gpus=old.gpus, gpu_equivalent=old.gpu_equivalent,
+                          gpu_types=old.gpu_types, gpu_source=old.gpu_source)
         self._clip(job, values, result)
         values["sync_hash"] = _digest(values)
         values["cluster_id"], values["job_id"] = self.cluster.pk, job.job_id
