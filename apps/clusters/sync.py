@@ -27,15 +27,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.analysis.chargeback import gpu_allocation
-from apps.clusters import services
+from apps.clusters import gpu_counts, services
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
     GpuBinding,
     QueueEntry,
     SlurmClient,
 )
-from apps.clusters.adapters.slurm.gpu_requests import rank as gpu_rank
 from apps.clusters.adapters.slurm.parse_gpus import parse_gpu_map_log
 from apps.clusters.importer import ImportResult, JobImporter
 from apps.clusters.models import Cluster, Node, Partition, SlurmAssociation
@@ -264,7 +262,7 @@ def sync_queue(cluster: Cluster, client: SlurmClient | None = None) -> QueueResu
         result = QueueResult(queued=len(entries))
         known = _import_unknown(cluster, client, entries, result)
         result.updated = _apply_live_fields(cluster, entries, known)
-        result.gpus_from_slurmctld = _apply_slurmctld_gpus(cluster, entries)
+        result.gpus_from_slurmctld = gpu_counts.apply_slurmctld_gpus(cluster, entries)
         try:
             bindings = client.gpu_bindings()
         except TransientAdapterError:
@@ -305,31 +303,6 @@ def _apply_live_fields(cluster: Cluster, entries: list[QueueEntry], known: set[i
             row.reason, row.estimated_start = reason, entry.estimated_start
             changed.append(row)
     Job.objects.bulk_update(changed, ["reason", "estimated_start"], batch_size=500)
-    return len(changed)
-
-
-def _apply_slurmctld_gpus(cluster: Cluster, entries: list[QueueEntry]) -> int:
-    """Give started jobs the GPUs slurmctld says they hold where accounting says less
-    (a site whose ``AccountingStorageTRES`` lacks ``gres/gpu``): ``gres_detail`` or the
-    request beats a command line read back from accounting, and accounting beats both
-    (``gpu_requests.rank``). Returns how many jobs changed."""
-    live = {e.job_id: e for e in entries if e.gpus and e.state != "PENDING"}
-    if not live:
-        return 0
-    rows = Job.objects.filter(cluster=cluster, job_id__in=list(live)).only(
-        "pk", "job_id", "gpus", "gpu_shards", "gpu_types", "gpu_source", "gpu_equivalent")
-    kinds, per_shard = cluster.gpu_kinds(), cluster.shards_per_gpu()
-    changed = []
-    for row in rows:
-        entry = live[row.job_id]
-        if gpu_rank(entry.gpu_source) <= gpu_rank(row.gpu_source):
-            continue
-        equivalent, per_model = gpu_allocation(entry.gpus, entry.gpu_types, kinds)
-        row.gpus, row.gpu_types, row.gpu_source = entry.gpus, dict(per_model), entry.gpu_source
-        row.gpu_equivalent = equivalent + row.gpu_shards / per_shard
-        changed.append(row)
-    Job.objects.bulk_update(changed, ["gpus", "gpu_types", "gpu_source", "gpu_equivalent"],
-                            batch_size=500)
     return len(changed)
 
 
