@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import IO, Any, NamedTuple
 
@@ -42,6 +42,7 @@ from apps.clusters.adapters.slurm import (
     dumps,
 )
 from apps.clusters.adapters.slurm import parse as slurm_parse
+from apps.clusters.adapters.slurm.gpu_requests import rank as gpu_rank
 from apps.clusters.models import Cluster, SlurmAccount
 from apps.clusters.upsert import existing_rows, refresh_statistics, upsert_jobs
 from apps.core.batch import fewer_collections, forked
@@ -65,8 +66,9 @@ SYNCED_FIELDS = [
     "work_dir", "comment", "state", "wait_reason", "exit_code", "exit_signal", "submit_time",
     "eligible_time", "start_time", "end_time", "time_limit_min", "nodes", "node_count",
     "cpus", "memory_mb", "mem_peak_mb", "gpus", "gpu_shards", "gpu_equivalent", "gpu_types",
-    "tres_alloc",
+    "tres_alloc", "gpu_source",
 ]
+_CLAIMED = [f.name for f in fields(plausibility.Claim)]  # what the plausibility check reads
 _DIGESTED = [f.attname for f in Job._meta.concrete_fields if f.name in SYNCED_FIELDS]
 _TEXT_LIMITS = {f.name: f.max_length for f in Job._meta.get_fields()
                 if isinstance(f, Field) and f.max_length and f.name in SYNCED_FIELDS}
@@ -138,6 +140,10 @@ class _Existing(NamedTuple):
     submit_time: datetime
     start_time: datetime | None
     end_time: datetime | None
+    gpus: int
+    gpu_equivalent: float
+    gpu_types: Any
+    gpu_source: str
     implausible: Any  # a list, or its JSON text (PostgreSQL through the raw cursor)
     implausible_accepted_at: datetime | None
     implausible_accepted_by: int | None
@@ -297,7 +303,12 @@ class JobImporter:
             "gpu_shards": job.gpu_shards,
             "gpu_equivalent": gpu_equivalent + job.gpu_shards / self.shards_per_gpu,
             "gpu_types": gpu_types, "tres_alloc": job.tres_alloc,
+            "gpu_source": job.gpu_source,
         }
+        if old is not None and old.gpus and gpu_rank(old.gpu_source) > gpu_rank(job.gpu_source):
+            # accounting that does not count GPUs: keep what the queue sync saw slurmctld say
+            values.update(gpus=old.gpus, gpu_equivalent=old.gpu_equivalent,
+                          gpu_types=old.gpu_types, gpu_source=old.gpu_source)
         self._clip(job, values, result)
         values["sync_hash"] = _digest(values)
         values["cluster_id"], values["job_id"] = self.cluster.pk, job.job_id
@@ -313,11 +324,14 @@ class JobImporter:
         return equivalent, dict(per_model)  # each row owns its dict
 
     def _check(self, job: SlurmJob, values: dict[str, Any], old: _Existing | None) -> None:
-        """Plausibility at the door (issue 25): store the record's reasons with it. An
-        admin's acceptance stays while the reasons stay the same (the record is checked
-        again whenever it changes); counts no column holds are clamped, the claim kept in
-        the reasons."""
-        reasons = plausibility.reasons(job, self.capacity, self.now)
+        """Plausibility at the door (issue 25): store the reasons of the row about to be
+        written with it. An admin's acceptance stays while the reasons stay the same (the
+        record is checked again whenever it changes); counts no column holds are clamped,
+        the claim kept in the reasons."""
+        record: plausibility.Record = job
+        if values["gpus"] != job.gpus:  # the queue sync's GPUs kept: check what is stored
+            record = plausibility.Claim(**{name: values[name] for name in _CLAIMED})
+        reasons = plausibility.reasons(record, self.capacity, self.now)
         values["implausible"] = reasons
         kept = old if old is not None and old.implausible_accepted_at is not None and reasons \
             and _as_list(old.implausible) == reasons else None

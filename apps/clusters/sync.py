@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.clusters import services
+from apps.clusters import gpu_counts, services
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
     GpuBinding,
@@ -232,6 +232,7 @@ class QueueResult:
 
     queued: int = 0
     updated: int = 0
+    gpus_from_slurmctld: int = 0  # jobs whose GPUs accounting does not count, filled in
     imported: ImportResult = field(default_factory=ImportResult)
     gpus_opened: int = 0
     gpus_closed: int = 0
@@ -239,6 +240,7 @@ class QueueResult:
 
     def stats(self) -> dict[str, Any]:
         return {"queued": self.queued, "updated": self.updated,
+                "gpus_from_slurmctld": self.gpus_from_slurmctld,
                 "imported": self.imported.created, "import_errors": self.imported.error_count,
                 "gpus_opened": self.gpus_opened, "gpus_closed": self.gpus_closed,
                 "note": self.note}
@@ -260,6 +262,7 @@ def sync_queue(cluster: Cluster, client: SlurmClient | None = None) -> QueueResu
         result = QueueResult(queued=len(entries))
         known = _import_unknown(cluster, client, entries, result)
         result.updated = _apply_live_fields(cluster, entries, known)
+        result.gpus_from_slurmctld = gpu_counts.apply_slurmctld_gpus(cluster, entries)
         try:
             bindings = client.gpu_bindings()
         except TransientAdapterError:
@@ -363,7 +366,8 @@ def sync_nodes(cluster: Cluster, client: SlurmClient | None = None) -> dict[str,
             for info in slurm_nodes:
                 node, _ = Node.objects.update_or_create(
                     cluster=cluster, name=info.name, defaults={
-                        "gpu_type": info.gpu_type, "gpu_count": info.gpu_count,
+                        "gpu_type": info.gpu_type[:64], "gpu_count": info.gpu_count,
+                        "gpu_types": dict(info.gpu_types),
                         "gpus_used": info.gpus_used, "cpus": info.cpus,
                         "memory_mb": info.memory_mb, "state": info.state[:64],
                         "state_reason": info.reason[:500]})

@@ -21,6 +21,7 @@ from django.db.models import Q
 from apps.accounts.models import Contact
 from apps.analysis.diagnosis import Fact, Finding, evaluate
 from apps.analysis.health import HARDWARE_XIDS
+from apps.analysis.hostlist import expand as expand_hostlist
 from apps.analysis.straggler_story import (
     TelemetryStraggler,
     TraceStraggler,
@@ -28,7 +29,6 @@ from apps.analysis.straggler_story import (
     one_story,
     rank_gpu,
 )
-from apps.clusters.adapters.slurm.parse import expand_hostlist
 from apps.clusters.models import Node
 from apps.jobs.models import (
     DiagnosisRule,

@@ -23,10 +23,10 @@ from django.utils import timezone
 from apps.analysis import compact
 from apps.analysis.efficiency import MEASURE_NAMES, measure_note
 from apps.analysis.endings import OWNER_WORDS, EndingFacts, JobNames, explain, output_paths
+from apps.analysis.hostlist import expand as expand_hostlist
 from apps.analysis.phases import GPU_IDLE_CHECKS
 from apps.analysis.straggler_story import KEY as STORY_KEY
 from apps.analysis.straggler_story import rank_gpu
-from apps.clusters.adapters.slurm.parse import expand_hostlist
 from apps.jobs import charts
 from apps.jobs.archive import PARTIAL_ATTEMPTS
 from apps.jobs.models import (

@@ -36,6 +36,7 @@ from django.utils import timezone
 
 from apps.analysis import security_rules
 from apps.analysis.components import alias_table
+from apps.analysis.hostlist import expand as expand_hostlist
 from apps.analysis.secret_shapes import MAX_TEXT
 from apps.analysis.security_types import (
     Allocation,
@@ -54,7 +55,6 @@ from apps.analysis.timeseries import Series
 from apps.clusters import services as cluster_services
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.slurm import SlurmClient
-from apps.clusters.adapters.slurm.parse import expand_hostlist
 from apps.clusters.models import Cluster, Node
 from apps.core.batch import fewer_collections, forked
 from apps.core.errors import AdapterError

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
-from apps.clusters.adapters.slurm.parse import expand_hostlist
+from apps.analysis.hostlist import expand as expand_hostlist
 from apps.clusters.models import Cluster
 from apps.core.runs import tracked_run
 from apps.jobs.models import Job

@@ -12,8 +12,8 @@ import json
 from collections.abc import Iterable
 from typing import IO, Any
 
+from apps.analysis.hostlist import compress, compress_ranges
 from apps.simulator.cluster import GPU_MODELS, Cluster
-from apps.simulator.hostlist import compress, ranges
 from apps.simulator.workload import Job, NodeOutage
 
 SLURM_VERSION = {"major": 22, "micro": 8, "minor": 5}
@@ -311,7 +311,7 @@ def _dependency(job: Job) -> str:
 
 
 def _idx(gpus: tuple[int, ...]) -> str:
-    return ranges(sorted(gpus))
+    return compress_ranges(gpus)
 
 
 def _job_resources(cluster: Cluster, job: Job) -> dict[str, Any]:

@@ -172,6 +172,7 @@ def _good_record() -> dict:
     (lambda r: r["time"].update(submission=0), "no submission time"),
     (lambda r: r.update(state=None), "state is not an object"),
     (lambda r: r.update(name=12), "expected a string"),
+    (lambda r: r.update(nodes="gpu[01-"), "bad host list 'gpu[01-': '[' at 3 is never closed"),
     (lambda r: r["tres"]["allocated"].append({"type": "gres", "name": "gpu", "count": "8"}),
      "expected a number"),
 ])
@@ -343,6 +344,15 @@ def test_scontrol_and_squeue_agree_on_bindings():
     assert text and set(text) == set(live)
 
 
+def test_a_malformed_host_list_loses_only_its_own_jobs_bindings():
+    text = (FIXTURES / "scontrol_show_job.txt").read_text()
+    broken = text.replace("Nodes=gpu[03-04] ", "Nodes=gpu[03-04 ", 1)
+    assert broken != text
+    good = parse_gpus.parse_scontrol_bindings(text)
+    assert {b.job_id for b in good} - {2}  # other jobs hold GPUs too
+    assert parse_gpus.parse_scontrol_bindings(broken) == [b for b in good if b.job_id != 2]
+
+
 def test_rest_v37_and_v38_give_the_same_bindings():
     v37 = json.loads((FIXTURES / "rest" / "v0.0.37_job_2.json").read_text())
     v38 = json.loads((FIXTURES / "rest" / "v0.0.38_job_2.json").read_text())
@@ -373,6 +383,8 @@ def test_gres_detail(detail, expected):
     ("gpu[01-03]", ["gpu01", "gpu02", "gpu03"]),
     ("gpu[01,03],login1", ["gpu01", "gpu03", "login1"]),
     ("n[8-10]", ["n8", "n9", "n10"]),
+    ("rack[1-2]-node[01-02]", ["rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02"]),
+    ("gpu[01-02]-ib", ["gpu01-ib", "gpu02-ib"]),  # issue 25; the grammar: tests/analysis
     ("", []),
 ])
 def test_hostlists(spec, names):

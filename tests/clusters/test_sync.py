@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from datetime import timedelta
@@ -11,12 +12,13 @@ import time_machine
 from django.utils import timezone
 
 from apps.clusters import services, sync
-from apps.clusters.adapters.slurm import GpuBinding, QueueEntry, SlurmJob
+from apps.clusters.adapters.slurm import GpuBinding, QueueEntry, SlurmJob, dumps
+from apps.clusters.adapters.slurm import parse as slurm_parse
 from apps.clusters.models import Cluster, Node, Partition, SlurmAssociation
 from apps.core.errors import AdapterError, TransientAdapterError
 from apps.core.models import TaskRun
 from apps.jobs.models import Job, JobGpu
-from tests.fake import FakeSlurm, fixture_jobs
+from tests.fake import FIXTURES, FakeSlurm, fixture_jobs
 
 pytestmark = pytest.mark.django_db
 
@@ -378,3 +380,56 @@ def test_a_cluster_without_prometheus_queues_no_archive_that_could_only_fail(
         sync.sync_cluster(cluster, slurm)
     assert Job.objects.exclude(state__in=Job.ACTIVE_STATES).filter(gpu_equivalent__gt=0)
     assert queued == []
+
+
+# --- a site whose accounting does not count GPUs (24.11, no AccountingStorageTRES) ----------
+
+NO_GPU_TRES = FIXTURES / "24.11" / "no_gpu_accounting"
+
+
+def _no_gpu_accounting() -> FakeSlurm:
+    """The recorded 24.11 cluster without gres/gpu in accounting: its sacct records and
+    the queue slurmctld showed at the same moment."""
+    with (NO_GPU_TRES / "sacct_window.json").open("rb") as stream:
+        dump = dumps.inspect(stream)
+        jobs = [j for j in slurm_parse.iter_sacct_json(stream, parser=dump.parser)
+                if isinstance(j, SlurmJob)]
+    live = slurm_parse.parse_squeue_json(json.loads((NO_GPU_TRES / "squeue.json").read_text()))
+    return FakeSlurm(jobs=jobs, live=live)
+
+
+def test_without_gpu_accounting_jobs_get_the_gpus_slurm_says_they_hold():
+    cluster = Cluster.objects.create(name="dev2411", slurm_backend="cli")  # as recorded
+    slurm = _no_gpu_accounting()
+    sync.sync_cluster(cluster, slurm)
+    stored = {j.name: j for j in Job.objects.filter(cluster=cluster)}
+    # from the command line in accounting: every job, also those that ended unseen
+    assert {n: (j.gpus, j.gpu_source) for n, j in stored.items()} == {
+        "nogpu-gres": (2, "submit_line"), "nogpu-gpus": (4, "submit_line"),
+        "nogpu-typed": (2, "submit_line"), "nogpu-two-models": (3, "submit_line"),
+        "nogpu-multinode": (4, "submit_line"), "nogpu-per-task": (2, "submit_line")}
+    result = sync.sync_queue(cluster, slurm)
+    # then slurmctld's gres_detail for the running ones: the same counts, with models
+    running = {j.name: j for j in Job.objects.filter(cluster=cluster, state="RUNNING")}
+    assert result.gpus_from_slurmctld == len(running) == 3
+    assert {n: (j.gpus, j.gpu_source) for n, j in running.items()} == {
+        "nogpu-typed": (2, "gres_detail"), "nogpu-two-models": (3, "gres_detail"),
+        "nogpu-multinode": (4, "gres_detail")}
+    assert running["nogpu-multinode"].gpu_types == {"h100": 4}
+    assert running["nogpu-two-models"].gpu_equivalent == 3
+    # and the next accounting pass, which still counts no GPU, keeps slurmctld's view
+    cluster.refresh_from_db()
+    cluster.sync_marker = ""
+    cluster.save()
+    sync.sync_cluster(cluster, slurm)
+    assert Job.objects.get(cluster=cluster, name="nogpu-multinode").gpu_source == "gres_detail"
+
+
+def test_accounting_that_counts_gpus_is_never_overridden_by_the_queue(cluster, slurm):
+    sync.sync_cluster(cluster, slurm)
+    before = dict(Job.objects.filter(cluster=cluster).values_list("job_id", "gpus"))
+    assert sync.sync_queue(cluster, slurm).gpus_from_slurmctld == 0
+    after = dict(Job.objects.filter(cluster=cluster).values_list("job_id", "gpus"))
+    assert {k: after[k] for k in before} == before
+    assert set(Job.objects.filter(cluster=cluster, gpus__gt=0)
+               .values_list("gpu_source", flat=True)) == {"accounting"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from html import unescape
 
 import pytest
 from django.urls import reverse
@@ -234,3 +235,21 @@ def test_a_short_jobs_charts_show_its_samples_as_points_and_say_why(world, login
     assert "one sample every 5 min: this job has 3 samples per GPU, drawn as points." in html
     JobMetrics.objects.filter(job=job).update(points=120, step_s=30.0)
     assert 'id="sparse-note"' not in login("bob").get(_url(job)).content.decode()
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    ("accounting", None),
+    ("gres_detail", "from the GPUs slurmctld gave it (gres_detail): this cluster's accounting"),
+    ("submit_line", "from read from its sbatch command line"),
+    ("tres_per_job", "from what it asked for (--gpus, tres_per_job)"),
+])
+def test_the_page_says_where_a_gpu_count_came_from_when_not_accounting(world, login, source,
+                                                                        said):
+    job = world.jobs["bob"]
+    job.gpu_source = source
+    job.save(update_fields=["gpu_source"])
+    html = login("bob").get(_url(job)).content.decode()
+    if said is None:
+        assert 'id="gpu-source"' not in html
+    else:
+        assert said in unescape(html).replace("\n      ", " ")

@@ -214,6 +214,26 @@ class Job(models.Model):
         end = self.end_time if self.end_time and not self.is_active else now
         return self.gpu_equivalent * max((end - self.start_time).total_seconds(), 0) / 3600
 
+    # Where a GPU count came from, when not from accounting (issue 25), in words for the page.
+    GPU_SOURCE_NOTES = {
+        "gres_detail": "the GPUs slurmctld gave it (gres_detail): this cluster's accounting "
+                       "does not count GPUs",
+        "tres_per_job": "what it asked for (--gpus, tres_per_job): accounting does not "
+                        "count GPUs here",
+        "tres_per_node": "what it asked for per node (--gres / --gpus-per-node): accounting "
+                         "does not count GPUs here",
+        "tres_per_task": "what it asked for per task (--gpus-per-task): accounting does not "
+                         "count GPUs here",
+        "gpus_per_node": "what it asked for per node: accounting does not count GPUs here",
+        "submit_line": "read from its sbatch command line: this cluster's accounting does "
+                       "not count GPUs",
+    }
+
+    @property
+    def gpu_source_note(self) -> str:
+        """Where the GPU count came from, when it is not accounting's own ("" then)."""
+        return self.GPU_SOURCE_NOTES.get(self.gpu_source, "")
+
     @property
     def exit_text(self) -> str:
         """``3:0`` as sacct prints it (exit code : signal)."""

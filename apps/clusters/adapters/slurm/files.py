@@ -50,7 +50,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from apps.clusters.adapters.slurm import parse, parse_gpus
+from apps.clusters.adapters.slurm import dumps, parse, parse_gpus
 from apps.clusters.adapters.slurm import parse_cluster as cparse
 from apps.clusters.adapters.slurm import types as st
 from apps.clusters.adapters.slurm.cli import limit_argv
@@ -64,7 +64,7 @@ def _display_ids_of(folder: str, versions: tuple[tuple[str, int, int], ...]) -> 
     out: dict[int, str] = {}
     for name, _, _ in versions:
         with (Path(folder) / name).open("rb") as stream:
-            for item in parse.iter_sacct_json(stream):
+            for item in parse.iter_sacct_json(stream, parser=dumps.inspect(stream).parser):
                 if isinstance(item, st.SlurmJob):
                     out.setdefault(item.job_id, item.display_id)
     return out
@@ -140,9 +140,12 @@ class SlurmFiles:
         return data
 
     def _stream(self, name: str = "sacct.json") -> Iterator[st.SlurmJob | st.RecordError]:
+        """A saved dump, checked as ``import_sacct`` checks one (``dumps.inspect``: Slurm's
+        errors, no job list or an unknown version refuse it) and read in its version."""
         try:
             with self._path(name).open("rb") as stream:
-                yield from parse.iter_sacct_json(stream)
+                dump = dumps.inspect(stream)
+                yield from parse.iter_sacct_json(stream, parser=dump.parser)
         except OSError as exc:
             raise AdapterError(f"{self.folder / name}: {exc}", service=SERVICE) from exc
 

@@ -27,6 +27,18 @@ from apps.clusters.adapters.slurm.types import GpuSource
 GpuRequest = tuple[int, dict[str, int], str]  # (GPUs, per model, GpuSource or "")
 NONE: GpuRequest = (0, {}, "")
 
+# How far each source can be trusted: what a job holds beats what it asked for, and the
+# scheduler's view beats a command line read back from accounting.
+_RANK: dict[str, int] = {
+    GpuSource.ACCOUNTING: 5, GpuSource.GRES_DETAIL: 4, GpuSource.TRES_PER_JOB: 3,
+    GpuSource.TRES_PER_NODE: 3, GpuSource.TRES_PER_TASK: 3, GpuSource.GPUS_PER_NODE: 3,
+    GpuSource.SUBMIT_LINE: 2}
+
+
+def rank(source: str) -> int:
+    """How much a GPU count from ``source`` is worth against another's (0: none)."""
+    return _RANK.get(source, 0)
+
 # --- slurmctld's record -----------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any
 
+from apps.analysis import hostlist
 from apps.clusters.adapters.slurm import gpu_requests, values
 from apps.clusters.adapters.slurm.types import (
     ACTIVE_STATES,
@@ -41,58 +42,17 @@ _tres_list = values.tres_list
 _gpu_counts = values.gpu_counts
 
 
-def expand_ranges(spec: str) -> list[int]:
-    """``"0-2,5"`` to ``[0, 1, 2, 5]`` (GPU indices, array task ids). Empty gives []."""
-    values: list[int] = []
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        lo, hi = int(first), int(last or first)
-        if hi < lo or hi - lo > 1_000_000:
-            raise ValueError(f"bad range {part!r}")
-        values.extend(range(lo, hi + 1))
-    return values
-
-
-def compress_ranges(values: Iterable[int]) -> str:
-    """``[0, 1, 2, 5]`` to ``"0-2,5"``."""
-    parts: list[str] = []
-    ordered = sorted(set(values))
-    start = prev = None
-    for value in [*ordered, None]:
-        if value is not None and prev is not None and value == prev + 1:
-            prev = value
-            continue
-        if start is not None:
-            parts.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = value
-    return ",".join(parts)
+# One implementation of Slurm's host lists and index ranges, shared with the simulator (issue 25).
+# A malformed one raises ``HostlistError`` (a ValueError): a record's error, not a crash.
+expand_ranges = hostlist.expand_ranges
+compress_ranges = hostlist.compress_ranges
+expand_hostlist = hostlist.expand
 
 
 def bitmap_tasks(bitmap: str) -> list[int]:
     """An array's pending remainder as sacct JSON stores it: hex ``"0x38"`` = tasks 3, 4, 5."""
     bits = int(bitmap, 16)
     return [i for i in range(bits.bit_length()) if bits >> i & 1]
-
-
-_HOSTLIST = re.compile(r"([^,\[]+)(?:\[([^\]]+)\])?(?:,|$)")
-
-
-def expand_hostlist(spec: str) -> list[str]:
-    """``"gpu[01-02,05],login1"`` to node names, keeping zero padding."""
-    names: list[str] = []
-    for prefix, ranges in _HOSTLIST.findall(spec.strip()):
-        if not ranges:
-            names.append(prefix)
-            continue
-        for part in ranges.split(","):
-            first, _, last = part.partition("-")
-            width = len(first)
-            numbers = expand_ranges(f"{first}-{last or first}")
-            names.extend(f"{prefix}{i:0{width}d}" for i in numbers)
-    return names
 
 
 # --- GPUs from allocated TRES ---------------------------------------------------------
@@ -194,6 +154,7 @@ def parse_sacct_job(rec: Record, parser: DataParser | None = None) -> SlurmJob:
             _text(rec.get("submit_line")), node_count)
     exit_status, unresolved = _exit_from_json(rec.get("exit_code"), state, parser)
     nodes = _text(rec.get("nodes"))
+    hostlist.count(nodes)  # a malformed host list fails this record here, not a page later
     association = rec.get("association") or {}
     return SlurmJob(
         job_id=job_id,

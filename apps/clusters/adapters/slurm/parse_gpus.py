@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from apps.analysis.hostlist import HostlistError
 from apps.clusters.adapters.slurm import values
 from apps.clusters.adapters.slurm.parse import (
     Record,
@@ -51,7 +52,16 @@ def allocated_node_names(rec: Record) -> list[str]:
             return names
     if isinstance(nodes, Mapping):
         nodes = nodes.get("list")
-    return expand_hostlist(_text(nodes or rec.get("nodes")))
+    return _hosts(_text(nodes or rec.get("nodes")))
+
+
+def _hosts(spec: str) -> list[str]:
+    """A job's host list; a malformed one (Slurm never writes one) loses that job's bindings,
+    not every job's: a list of bindings has no place for one record's error."""
+    try:
+        return expand_hostlist(spec)
+    except HostlistError:
+        return []
 
 
 def bindings_from_squeue(data: Record) -> list[GpuBinding]:
@@ -95,7 +105,7 @@ def parse_scontrol_bindings(text: str) -> list[GpuBinding]:
         elif (match := _DETAIL.match(line)) and job_id is not None and running:
             for gpu_type, indices in gres_indices(match[2]):
                 out.extend(GpuBinding(job_id, node, indices, gpu_type)
-                           for node in expand_hostlist(match[1]))
+                           for node in _hosts(match[1]))
     return out
 
 
