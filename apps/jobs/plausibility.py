@@ -2,13 +2,16 @@
 
 The importer stores each record's reasons (``apps/analysis/plausibility.py``) in
 ``Job.implausible``; ``Job.objects.countable()`` leaves the records no admin has accepted
-out of chargeback, quotas and SLOs. Accepting is the only write here: one conditional
-UPDATE (two admins clicking at once accept once) and one audit event. A record that cannot
-be right (10^12 GPUs, a negative count) is refused: it would put its claim on a statement.
+out of chargeback, quotas and SLOs. Accepting is one conditional UPDATE (two admins clicking
+at once accept once) and one audit event; a record that cannot be right (10^12 GPUs, a
+negative count) is refused: it would put its claim on a statement. ``check_stored`` checks
+the records stored before the importer checked them (``manage.py check_plausibility``).
 """
 
 from __future__ import annotations
 
+from dataclasses import fields
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -17,9 +20,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.accounts.models import Membership, Team
-from apps.analysis.plausibility import cannot_be_right
+from apps.analysis.plausibility import Claim, cannot_be_right, reasons
 from apps.audit import services as audit
 from apps.audit.models import AuditEvent
+from apps.clusters.models import Cluster
+from apps.core.runs import tracked_run
 from apps.jobs.models import Job
 from apps.jobs.models.jobs import PLAUSIBLE
 
@@ -79,3 +84,33 @@ def _scope(user: Any, team: Team | None) -> str:
     if team is not None:
         leads = leads.filter(team=team)
     return "team" if leads.exists() else "mine"
+
+
+def check_stored(cluster: Cluster, now: datetime | None = None) -> dict[str, int]:
+    """Check ``cluster``'s stored records again, as a TaskRun: after an upgrade (records
+    imported before the check existed), or once the cluster's nodes are synced.
+
+    A record not flagged is flagged when it is implausible; a flagged one is cleared when
+    it is plausible now (the nodes it needed are synced). A flagged record that still is
+    keeps its reasons as the importer wrote them, and its acceptance.
+    """
+    now = now or timezone.now()
+    capacity = cluster.capacity()
+    claimed = [f.name for f in fields(Claim)]
+    changed: list[Job] = []
+    checked = 0
+    with tracked_run("jobs.check_plausibility", cluster=cluster, target=cluster.name) as run:
+        rows = Job.objects.filter(cluster=cluster).only("pk", "implausible", *claimed)
+        for job in rows.iterator(chunk_size=5000):
+            checked += 1
+            found = reasons(job, capacity, now)
+            if bool(found) != bool(job.implausible):
+                job.implausible = found
+                changed.append(job)
+        for job in changed:
+            job.implausible_accepted_at, job.implausible_accepted_by = None, None
+        Job.objects.bulk_update(changed, ["implausible", "implausible_accepted_at",
+                                          "implausible_accepted_by"], batch_size=1000)
+        flagged = sum(1 for job in changed if job.implausible)
+        run.stats = {"checked": checked, "flagged": flagged, "cleared": len(changed) - flagged}
+    return run.stats

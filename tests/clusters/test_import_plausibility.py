@@ -26,6 +26,7 @@ WINDOW = json.loads((FIXTURES / "sacct_window.json").read_text())
 TEMPLATE = next(j for j in WINDOW["jobs"] if j["job_id"] == 9)  # a finished 2-GPU job
 SUBMIT = int(datetime(2026, 11, 10, 9, 0, tzinfo=UTC).timestamp())
 Y2400 = int(datetime(2400, 1, 1, tzinfo=UTC).timestamp())
+TEMPLATE_TIME = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 FLAGGED = "stored flagged, kept out of chargeback and SLOs until an admin accepts it"
 
 
@@ -191,3 +192,35 @@ def test_no_record_recorded_on_a_real_slurm_is_flagged(path):
     with open(path, "rb") as stream:
         result = import_sacct(cluster, stream)
     assert result.created > 0 and result.implausible == 0, result.flagged
+
+
+# --- Records stored before the check existed ------------------------------------------------
+
+
+def test_records_stored_before_the_check_are_checked_by_the_command(cluster):
+    _import(cluster, record(1), record(2, gpus=200), record(3, gpus=300))
+    Job.objects.update(implausible=[])  # as an older Beacon stored them
+    Job.objects.filter(job_id=3).update(implausible=["an older wording"],
+                                        implausible_accepted_at=TEMPLATE_TIME)
+    out = io.StringIO()
+    call_command("check_plausibility", cluster="devcluster", stdout=out)
+    assert out.getvalue() == "devcluster: 3 checked, 1 flagged, 0 cleared\n"
+    rows = {j.job_id: j for j in Job.objects.all()}
+    assert rows[2].implausible == ["claims 200 GPUs; the cluster has 128"]
+    assert rows[3].implausible == ["an older wording"]  # still flagged: kept, and accepted
+    assert rows[3].implausible_accepted_at == TEMPLATE_TIME
+    again = io.StringIO()
+    call_command("check_plausibility", stdout=again)
+    assert again.getvalue() == "devcluster: 3 checked, 0 flagged, 0 cleared\n"
+    run = TaskRun.objects.filter(kind="jobs.check_plausibility").first()
+    assert run.stats == {"checked": 3, "flagged": 0, "cleared": 0}
+
+
+def test_a_flag_that_no_longer_holds_is_cleared_once_the_nodes_are_synced():
+    bare = Cluster.objects.create(name="devcluster")
+    Node.objects.create(cluster=bare, name="gpu01", gpu_count=8)
+    _import(bare, record(2, gpus=16))
+    assert Job.objects.get(job_id=2).is_held_back
+    Node.objects.create(cluster=bare, name="gpu02", gpu_count=8)  # the node sync caught up
+    assert plausibility.check_stored(bare) == {"checked": 1, "flagged": 0, "cleared": 1}
+    assert Job.objects.get(job_id=2).implausible == []
