@@ -9,9 +9,14 @@ sreport reads slurmdbd's hourly rollups, which cover complete hours only, and ``
 start a job in the past: on a fresh cluster nothing would be rolled up and the comparison
 would pass on an empty list. So the fixture runs two real GPU jobs, then moves their records
 back into the last complete hour in slurmdbd's own tables (job and step times, by whole
-seconds, durations kept), rewinds the rollup bookmark (``<cluster>_last_ran_table``) and
-restarts slurmdbd, which rolls those hours up again as it starts. sreport, sacct and Beacon's
-sync then all read the same moved records.
+seconds, durations kept), rewinds the rollup bookmark (``<cluster>_last_ran_table``) and has
+slurmdbd roll those hours up again (``sacctmgr -i roll``). sreport, sacct and Beacon's sync
+then all read the same moved records.
+
+slurmdbd is restarted *before* the move, never after it: when slurmctld registers with a
+slurmdbd that came back, it sends every job it still holds (``MinJobAge``) again, ends
+included, and a moved record would get its real end back (start moved, end not: an hour and
+a half of GPU time that sreport and Beacon count differently; seen on 22.05 and 24.11).
 """
 
 from __future__ import annotations
@@ -85,8 +90,15 @@ def _move_into(slurm: SlurmDev, ids: list[int], hour: datetime) -> None:
          f"monthly_rollup = LEAST(monthly_rollup, {start})")
 
 
+def _registrations(slurm: SlurmDev) -> int:
+    log = Path(slurm.env["LOG"]) / "slurmctld.log"
+    return log.read_text(errors="replace").count("Registering slurmctld at port")
+
+
 def _restart_slurmdbd(slurm: SlurmDev) -> None:
-    """Stop slurmdbd by its pid file and start it again (it rolls up missed hours first)."""
+    """Stop slurmdbd by its pid file, start it again and wait until slurmctld has registered
+    with it (and so sent it again every job it holds)."""
+    registered = _registrations(slurm)
     pid = int(slurm.pidfile("slurmdbd").read_text())
     assert Path(f"/proc/{pid}/comm").read_text().strip() == "slurmdbd"
     os.kill(pid, signal.SIGTERM)
@@ -94,6 +106,8 @@ def _restart_slurmdbd(slurm: SlurmDev) -> None:
              or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", 30,
              "slurmdbd to stop", every=0.2)
     slurm.start()
+    wait_for(lambda: _registrations(slurm) > registered, 60, "slurmctld to register again",
+             every=0.5)
 
 
 def _reported_minutes(slurm: SlurmDev, hour: datetime) -> float:
@@ -110,9 +124,10 @@ def jobs(slurm: SlurmDev) -> RolledUp:
                        "-J", "it-chargeback", "--wrap", f"sleep {SECONDS}")
            for g in GPUS]
     wait_for(lambda: slurm.finished_in_accounting(ids), 180, "the jobs to end", every=2)
+    _restart_slurmdbd(slurm)  # slurmctld re-sends what it holds now, before the move
     hour = reconciliation.rolled_up_until(datetime.now(tz=UTC)) - timedelta(hours=1)
     _move_into(slurm, ids, hour)
-    _restart_slurmdbd(slurm)
+    slurm.run("sacctmgr", "-i", "roll")  # from the rewound bookmark; no restart
     wait_for(lambda: _reported_minutes(slurm, hour) >= 2, 120, "slurmdbd to roll the hour up",
              every=3)
     return RolledUp(ids, hour)
