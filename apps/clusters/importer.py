@@ -36,6 +36,7 @@ from apps.analysis.chargeback import gpu_allocation
 from apps.clusters.adapters.slurm import (
     ACTIVE_STATES,
     ExitStatus,
+    GpuSource,
     RecordError,
     SlurmJob,
     change_time,
@@ -305,10 +306,14 @@ class JobImporter:
             "gpu_types": gpu_types, "tres_alloc": job.tres_alloc,
             "gpu_source": job.gpu_source,
         }
-        if old is not None and old.gpus and gpu_rank(old.gpu_source) > gpu_rank(job.gpu_source):
+        if old is not None and old.gpus and old.gpu_source != GpuSource.ACCOUNTING \
+                and gpu_rank(old.gpu_source) > gpu_rank(job.gpu_source):
             # accounting that does not count GPUs: keep what the queue sync saw slurmctld say
+            # (never an earlier accounting count: a requeued job's next run holds none yet)
+            types = old.gpu_types
             values.update(gpus=old.gpus, gpu_equivalent=old.gpu_equivalent,
-                          gpu_types=old.gpu_types, gpu_source=old.gpu_source)
+                          gpu_types=json.loads(types) if isinstance(types, str) else types,
+                          gpu_source=old.gpu_source)
         self._clip(job, values, result)
         values["sync_hash"] = _digest(values)
         values["cluster_id"], values["job_id"] = self.cluster.pk, job.job_id

@@ -16,6 +16,14 @@
 #                                  unknown) come from nvidia-smi when it is there
 #   NVIDIA_SMI=nvidia-smi          an absolute path to use another nvidia-smi (the dev cluster's
 #                                  emulated GPUs have a stand-in)
+#   SCONTROL=auto                  where the GPU indices come from. Slurm hands the prolog
+#                                  SLURM_JOB_GPUS, which holds only the LAST GPU model's indices
+#                                  when a job holds two models on one node (--gres=gpu:h100:1,
+#                                  gpu:h200:2 gave "2,3" for IDX 0 and 2-3: seen on 22.05.8,
+#                                  24.11.5 and 26.05.5). auto: ask `scontrol -d show job` (one
+#                                  call, 10 s at most) when this node has several GPU models in
+#                                  slurm's gres.conf; yes: always; no: never; or an absolute path
+#                                  to scontrol (used as auto). SLURM_JOB_GPUS is the fallback.
 # The file is parsed, never sourced, so a stray line cannot run code as root.
 #
 # It always exits 0: a failing prolog drains the node and requeues the job held, which is far
@@ -25,6 +33,7 @@ JOBMAP_DIR=/run/dcgm-job-map
 JOBMAP_PER_NODE=no
 JOBMAP_LOG=
 NVIDIA_SMI=nvidia-smi
+SCONTROL=auto
 if [[ -r "$CONF" ]]; then
   while IFS='=' read -r key value; do
     case "$key" in
@@ -32,6 +41,7 @@ if [[ -r "$CONF" ]]; then
       JOBMAP_PER_NODE) JOBMAP_PER_NODE=$value ;;
       JOBMAP_LOG) [[ "$value" == /* ]] && JOBMAP_LOG=$value ;;
       NVIDIA_SMI) [[ "$value" == /* ]] && NVIDIA_SMI=$value ;;
+      SCONTROL) [[ "$value" == /* || "$value" =~ ^(auto|yes|no)$ ]] && SCONTROL=$value ;;
     esac
   done < "$CONF"
 fi
@@ -41,16 +51,57 @@ job=${SLURM_JOB_ID:-}
 [[ "$job" =~ ^[0-9]+$ ]] || exit 0
 mkdir -p "$dir" 2>/dev/null && chmod 0755 "$dir" 2>/dev/null || exit 0
 
-# SLURM_JOB_GPUS is "0,1,5"; accept "0-3" ranges too, in case a site's Slurm prints them.
-gpu_indices() {
+node=${SLURMD_NODENAME:-$(hostname -s)}
+
+# "0,1,5" or "0-3" to one index per line
+expand_indices() {
   local part
-  IFS=',' read -ra parts <<< "${SLURM_JOB_GPUS:-}"
+  IFS=',' read -ra parts <<< "$1"
   for part in "${parts[@]}"; do
     if [[ "$part" =~ ^[0-9]+$ ]]; then echo "$part"
     elif [[ "$part" =~ ^([0-9]+)-([0-9]+)$ ]]; then seq "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
     fi
   done
 }
+
+# Does slurm's gres.conf give this node GPUs of more than one Type? (Lines naming other nodes
+# through host lists count too: a false "yes" costs one scontrol call, a false "no" the bug.)
+several_models() {
+  local conf=${SLURM_CONF:-/etc/slurm/slurm.conf}
+  conf="${conf%/*}/gres.conf"
+  [[ -r "$conf" ]] || return 1
+  [[ $(grep -iE '^[^#]*Name=gpu' "$conf" | grep -oiE 'Type=[^ ]+' | sort -u | wc -l) -gt 1 ]]
+}
+
+# This node's indices from the scheduler: `scontrol -d show job` prints, per node group,
+# "Nodes=gpu[01-02] CPU_IDs=... GRES=gpu:h100:1(IDX:0),gpu:h200:2(IDX:2-3)".
+scheduler_indices() {
+  local cmd=scontrol line nodes gres members
+  [[ "$SCONTROL" == /* ]] && cmd=$SCONTROL
+  command -v "$cmd" >/dev/null 2>&1 || return 1
+  while read -r line; do
+    [[ "$line" =~ Nodes=([^[:space:]]+).*GRES=([^[:space:]]+) ]] || continue
+    nodes=${BASH_REMATCH[1]} gres=${BASH_REMATCH[2]}
+    if [[ "$nodes" != "$node" ]]; then
+      members=$(timeout 10 "$cmd" show hostnames "$nodes" 2>/dev/null) || continue
+      grep -qx "$node" <<< "$members" || continue
+    fi
+    grep -oE 'gpu[^,(]*\(IDX:[0-9,-]+\)' <<< "$gres" | sed -E 's/.*IDX:([0-9,-]+)\)/\1/' |
+      while read -r ids; do expand_indices "$ids"; done
+  done < <(timeout 10 "$cmd" -d show job "$job" 2>/dev/null)
+}
+
+# The job's GPU indices on this node, once per prolog run (sorted, unique).
+gpu_indices_now() {
+  local found=""
+  if [[ "$SCONTROL" != no ]] && { [[ "$SCONTROL" == yes ]] || several_models; }; then
+    found=$(scheduler_indices | sort -un)
+  fi
+  [[ -n "$found" ]] || found=$(expand_indices "${SLURM_JOB_GPUS:-}" | sort -un)
+  echo "$found"
+}
+INDICES=$(gpu_indices_now)
+gpu_indices() { [[ -n "$INDICES" ]] && echo "$INDICES"; return 0; }
 
 # The UUID of each GPU index, in the same order, "-" where unknown; nothing without nvidia-smi.
 gpu_uuids() {
@@ -77,7 +128,7 @@ gpu_uuids() {
   # job ends, so telemetry without an hpc_job label can still be bound to jobs.
   gpus=$(gpu_indices | paste -sd, -)
   if [[ -n "$JOBMAP_LOG" && -n "$gpus" ]]; then
-    line="$(date +%s) start $job ${SLURMD_NODENAME:-$(hostname -s)} $gpus $(gpu_uuids)"
+    line="$(date +%s) start $job $node $gpus $(gpu_uuids)"
     echo "${line% }" >> "$JOBMAP_LOG"
   fi
 ) 9> "$dir/.lock"

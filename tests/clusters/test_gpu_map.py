@@ -97,3 +97,75 @@ def test_the_import_binds_known_jobs_and_is_idempotent(world, tmp_path):
     assert sorted(JobGpu.objects.filter(job=job).values_list("gpu_index", flat=True)) == [0, 1]
     call_command("import_gpu_map", str(log), "--cluster", world.cluster.name)
     assert JobGpu.objects.filter(job=job).count() == 2
+
+
+# `scontrol -d show job` of a job holding two GPU models on gpu05, as 24.11.5 printed it
+# (tests/fixtures/slurm/24.11/scontrol_show_job.txt), and Slurm's SLURM_JOB_GPUS for it: only
+# the last model's indices (seen on 22.05.8, 24.11.5 and 26.05.5)
+TWO_MODELS_DETAIL = """JobId=19 JobName=rec-two-models
+   JobState=RUNNING Reason=None Dependency=(null)
+   NodeList=gpu05
+     Nodes=gpu05 CPU_IDs=0 Mem=2000 GRES=gpu:h100:1(IDX:0),gpu:h200:2(IDX:2-3)
+"""
+MULTI_NODE_DETAIL = """JobId=10 JobName=rec-multinode
+     Nodes=gpu[01-02] CPU_IDs=0 Mem=2000 GRES=gpu:h100:4(IDX:4-7)
+     Nodes=gpu07 CPU_IDs=0 Mem=2000 GRES=gpu:h100:4(IDX:2-5)
+"""
+
+
+def _scontrol(tmp: Path, detail: str) -> Path:
+    """A stand-in scontrol: ``-d show job`` prints ``detail``; ``show hostnames`` expands."""
+    script = tmp / "scontrol"
+    (tmp / "detail.txt").write_text(detail)
+    script.write_text(f"""#!/bin/bash
+echo "$*" >> {tmp}/scontrol.log
+case "$*" in
+  "-d show job "*) cat {tmp}/detail.txt ;;
+  "show hostnames gpu[01-02]") printf 'gpu01\ngpu02\n' ;;
+  *) exit 1 ;;
+esac
+""")
+    script.chmod(0o755)
+    return script
+
+
+def _gres_conf(tmp: Path, *types: str) -> Path:
+    conf = tmp / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    (tmp / "gres.conf").write_text("".join(
+        f"NodeName=gpu05 Name=gpu Type={t} File=/dev/nvidia[0-1]\n" for t in types))
+    return conf
+
+
+@pytest.mark.parametrize(("detail", "node", "types", "job_gpus", "expected"), [
+    # two models on one node: the scheduler's indices, not Slurm's truncated SLURM_JOB_GPUS
+    (TWO_MODELS_DETAIL, "gpu05", ("h100", "h200"), "2,3", ["0", "2", "3"]),
+    # the node in a folded group of a multi-node job
+    (MULTI_NODE_DETAIL, "gpu07", ("h100", "a100"), "2-5", ["2", "3", "4", "5"]),
+    # one model per node: SLURM_JOB_GPUS is right, scontrol is not asked
+    (TWO_MODELS_DETAIL, "gpu05", ("h100",), "0,1", ["0", "1"]),
+])
+def test_the_prolog_maps_every_gpu_model_a_job_holds(tmp_path, detail, node, types, job_gpus,
+                                                      expected):
+    scontrol = _scontrol(tmp_path, detail)
+    (tmp_path / "jobmap.conf").write_text(f"JOBMAP_DIR={tmp_path}/map\nSCONTROL={scontrol}\n")
+    env = {**os.environ, "BEACON_JOBMAP_CONF": str(tmp_path / "jobmap.conf"),
+           "SLURM_JOB_ID": "19", "SLURM_JOB_GPUS": job_gpus, "SLURMD_NODENAME": node,
+           "SLURM_CONF": str(_gres_conf(tmp_path, *types))}
+    subprocess.run(["bash", str(ROOT / "deploy/slurm/prolog.sh")], env=env, check=True,
+                   timeout=30)
+    assert sorted(p.name for p in (tmp_path / "map").iterdir() if p.name.isdigit()) == expected
+    asked = (tmp_path / "scontrol.log").read_text() if (tmp_path / "scontrol.log").exists() \
+        else ""
+    assert ("-d show job 19" in asked) == (len(types) > 1)
+
+
+def test_a_scheduler_that_does_not_answer_falls_back_to_slurm_job_gpus(tmp_path):
+    (tmp_path / "jobmap.conf").write_text(  # an scontrol that is not there
+        f"JOBMAP_DIR={tmp_path}/map\nSCONTROL={tmp_path}/missing/scontrol\n")
+    env = {**os.environ, "BEACON_JOBMAP_CONF": str(tmp_path / "jobmap.conf"),
+           "SLURM_JOB_ID": "19", "SLURM_JOB_GPUS": "1,2", "SLURMD_NODENAME": "gpu05",
+           "SLURM_CONF": str(_gres_conf(tmp_path, "h100", "h200"))}
+    subprocess.run(["bash", str(ROOT / "deploy/slurm/prolog.sh")], env=env, check=True,
+                   timeout=30)
+    assert sorted(p.name for p in (tmp_path / "map").iterdir() if p.name.isdigit()) == ["1", "2"]

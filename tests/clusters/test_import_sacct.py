@@ -296,3 +296,13 @@ def test_rows_stored_behind_the_importers_back_are_upserted_not_lost(cluster):
     assert result.error_count == 0 and result.created + result.updated == 30
     assert Job.objects.filter(cluster=cluster).count() == 30
     assert Job.objects.get(cluster=cluster, job_id=2).state == "COMPLETED"
+
+
+def test_the_copy_path_writes_every_field_the_importer_syncs():
+    """PostgreSQL's COPY writes ``upsert.COLUMNS`` only: a synced field missing there is
+    stored by SQLite's path and silently dropped by PostgreSQL's (gpu_source once was)."""
+    from apps.clusters.importer import SYNCED_FIELDS
+    from apps.clusters.upsert import COLUMNS
+
+    synced = {Job._meta.get_field(name).attname for name in SYNCED_FIELDS}
+    assert synced - set(COLUMNS) == set()

@@ -224,3 +224,21 @@ def test_cancel_and_an_already_ended_job(slurmrestd):
     client.cancel_job(8)
     with pytest.raises(AdapterError, match="refused to cancel job 9"):
         client.cancel_job(9)
+
+
+@pytest.mark.parametrize(("version", "steps", "states"), [
+    ("v0.0.45", ["step=1", "step=2"], "state=pending&state=running"),
+    ("v0.0.38", ["step=1%2C2"], "state=pending%2Crunning%2C"),
+])
+def test_lists_go_in_the_query_as_each_version_reads_them(slurmrestd, version, steps, states):
+    """22.05 reads ``step=1,2``; from 23.02 a comma is "Unable to parse query" (HTTP 400,
+    500 on 26.05.5) and the key is repeated instead."""
+    fake, url = slurmrestd
+    meta = {"plugin": {"data_parser": f"data_parser/{version}"}}
+    fake.answer("GET", f"/slurmdb/{version}/jobs", {"jobs": [], "meta": meta, "errors": []})
+    client = SlurmRest(url=url, user="slurm", token="t", version=version, timeout=5)
+    list(client.jobs_by_id([1, 2]))
+    list(client.jobs_since(None))
+    by_id, window = (p for m, p, _ in fake.seen if m == "GET")
+    assert all(step in by_id for step in steps)
+    assert states in window

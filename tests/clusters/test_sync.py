@@ -433,3 +433,17 @@ def test_accounting_that_counts_gpus_is_never_overridden_by_the_queue(cluster, s
     assert {k: after[k] for k in before} == before
     assert set(Job.objects.filter(cluster=cluster, gpus__gt=0)
                .values_list("gpu_source", flat=True)) == {"accounting"}
+
+
+def test_a_count_from_slurmctld_is_checked_for_plausibility_like_an_import():
+    cluster = Cluster.objects.create(name="dev2411", slurm_backend="cli")
+    Node.objects.create(cluster=cluster, name="gpu01", gpu_count=8)
+    slurm = _no_gpu_accounting()
+    sync.sync_cluster(cluster, slurm)
+    job = Job.objects.get(cluster=cluster, name="nogpu-typed")
+    live = [replace(e, gpus=4096, gpu_types={"a100": 4096}) if e.job_id == job.job_id else e
+            for e in slurm.live]
+    sync.sync_queue(cluster, replace(slurm, live=live))
+    job.refresh_from_db()
+    assert job.gpus == 4096 and job.gpu_source == "gres_detail"
+    assert job.implausible == ["claims 4,096 GPUs; the cluster has 8"]

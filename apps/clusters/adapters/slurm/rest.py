@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -46,6 +46,7 @@ from apps.clusters.adapters.slurm.versions import DataParser, RestFeatures
 from apps.core.errors import AdapterError, TransientAdapterError
 
 _ID_CHUNK = 200
+Params = Mapping[str, str] | Sequence[tuple[str, str]] | None
 _TRANSIENT_STATUS = {500, 502, 503, 504}  # slurmrestd answers 500 when slurmctld/dbd is down
 DETECT_FOR = 3600.0  # seconds a server's detected API version is remembered
 _detected: dict[str, tuple[float, str]] = {}  # url -> (when, version)
@@ -158,7 +159,7 @@ class SlurmRest:
 
     # --- HTTP --------------------------------------------------------------------------
 
-    def _request(self, method: str, path: str, params: Mapping[str, str] | None = None,
+    def _request(self, method: str, path: str, params: Params = None,
                  body: Any = None, stream: bool = False) -> requests.Response:
         try:
             return self.session.request(method, f"{self.url}{path}", params=params,
@@ -170,7 +171,7 @@ class SlurmRest:
         except requests.RequestException as exc:
             raise AdapterError(f"slurmrestd request failed: {exc}", service="slurm") from exc
 
-    def _get(self, path: str, params: Mapping[str, str] | None = None,
+    def _get(self, path: str, params: Params = None,
              stream: bool = False) -> requests.Response:
         resp = self._request("GET", path, params, stream=stream)
         if resp.status_code != 200:
@@ -190,7 +191,7 @@ class SlurmRest:
         error = TransientAdapterError if transient else AdapterError
         raise error(message, service="slurm", detail=body)
 
-    def _json(self, path: str, params: Mapping[str, str] | None = None,
+    def _json(self, path: str, params: Params = None,
               check_errors: bool = True) -> dict[str, Any]:
         return self._decoded(path, self._get(path, params), check_errors)
 
@@ -215,7 +216,24 @@ class SlurmRest:
             raise TransientAdapterError(f"slurmrestd {path} reported errors: {text[:200]}",
                                         service="slurm", detail=text)
 
-    def _stream_jobs(self, params: dict[str, str]) -> Iterator[st.SlurmJob | st.RecordError]:
+    def _query(self, **params: str | Sequence[str]) -> list[tuple[str, str]]:
+        """Query parameters, lists written the way this version reads them (comma-joined
+        for 22.05, the key repeated from 23.02), the cluster added when set."""
+        features = self.api().rest or RestFeatures()
+        out: list[tuple[str, str]] = []
+        for key, value in params.items():
+            if isinstance(value, str):
+                out.append((key, value))
+            elif features.repeat_lists:
+                out.extend((key, item) for item in value)
+            else:
+                out.append((key, ",".join(value)))
+        if self.cluster:
+            out.append(("cluster", self.cluster))
+        return out
+
+    def _stream_jobs(self, params: list[tuple[str, str]],
+                     ) -> Iterator[st.SlurmJob | st.RecordError]:
         """Stream ``/slurmdb/<v>/jobs`` through the sacct parser (bounded memory).
 
         slurmrestd answers 200 with an ``errors`` list when slurmdbd fails behind it (and
@@ -224,9 +242,6 @@ class SlurmRest:
         """
         # steps are read, as sacct --json gives them: MaxRSS (the memory peak) is in them
         parser = self.api()
-        params = dict(params)
-        if self.cluster:
-            params["cluster"] = self.cluster
         path = f"{self.slurmdb}/jobs"
         members: dict[str, Any] = {}
         with self._get(path, params, stream=True) as resp:
@@ -256,17 +271,17 @@ class SlurmRest:
             start = "2000-01-01T00:00:00"  # slurmrestd cannot parse 1970
         else:
             start = f"now-{max(0, int((datetime.now(tz=UTC) - since).total_seconds()))}seconds"
-        params = {"start_time": start, "end_time": "now"}
-        features = self.api().rest
-        if features is not None and features.window_states:
-            params["state"] = features.window_states
-        return self._stream_jobs(params)
+        features = self.api().rest or RestFeatures()
+        window: dict[str, str | Sequence[str]] = {"start_time": start, "end_time": "now"}
+        if features.window_states:
+            window["state"] = features.window_states
+        return self._stream_jobs(self._query(**window))
 
     def jobs_by_id(self, job_ids: Iterable[int]) -> Iterator[st.SlurmJob | st.RecordError]:
         ids = [int(i) for i in job_ids]
         for start in range(0, len(ids), _ID_CHUNK):
             chunk = ids[start:start + _ID_CHUNK]
-            yield from self._stream_jobs({"step": ",".join(map(str, chunk))})
+            yield from self._stream_jobs(self._query(step=[str(i) for i in chunk]))
 
     def exit_codes(self, job_ids: Iterable[int]) -> dict[int, st.ExitStatus]:
         if self.api().exit_trusted:
@@ -296,8 +311,7 @@ class SlurmRest:
         return cparse.parse_rest_associations(self._associations())
 
     def _associations(self, account: str = "") -> dict[str, Any]:
-        self.api()
-        params = {k: v for k, v in (("cluster", self.cluster), ("account", account)) if v}
+        params = self._query(**({"account": account} if account else {}))
         return self._json(f"{self.slurmdb}/associations", params or None)
 
     def shares(self) -> list[st.ShareRow]:
@@ -317,8 +331,8 @@ class SlurmRest:
             return {}
         out: dict[str, str] = {}
         for job_id in job_ids:
-            data = self._json(f"{self.slurmdb}/jobs",
-                              {"step": str(int(job_id)), "show_batch_script": "true"})
+            data = self._json(f"{self.slurmdb}/jobs", self._query(
+                step=str(int(job_id)), show_batch_script="true"))
             for rec in data.get("jobs") or []:
                 script = rec.get("script")
                 if isinstance(script, str) and script:

@@ -39,7 +39,10 @@ from apps.core.errors import AdapterError
 class RestFeatures:
     """What slurmrestd can do at one version, beyond reading jobs, nodes and partitions."""
 
-    window_states: str | None = None  # the ``state`` filter that keeps never-eligible jobs
+    window_states: tuple[str, ...] = ()  # the ``state`` filter keeping never-eligible jobs
+    # how a list goes in a query: 22.05 reads "a,b"; from 23.02 a comma is "Unable to parse
+    # query" (HTTP 400; 500 on 26.05) and the key is repeated instead (step=1&step=2)
+    repeat_lists: bool = True
     shares: bool = False  # ``GET /slurm/<v>/shares`` (sshare), Slurm 24.05+
     limits_write: bool = False  # ``POST /slurmdb/<v>/associations`` updates only what it names
     job_scripts: bool = False  # slurmdbd job records carry ``script`` (AccountingStoreFlags)
@@ -63,16 +66,17 @@ class DataParser:
 
 # Filter for a window query that includes jobs that never became eligible (held, then
 # cancelled), as ``sacct -s`` does; "requeued" does not parse in 22.05.
-_STATES_38 = ("pending,running,suspended,completed,cancelled,failed,timeout,node_fail,"
-              "preempted,boot_fail,deadline,out_of_memory")
+_STATES_38 = ("pending", "running", "suspended", "completed", "cancelled", "failed", "timeout",
+              "node_fail", "preempted", "boot_fail", "deadline", "out_of_memory")
 _MODERN = RestFeatures(window_states=_STATES_38, shares=True, limits_write=True,
                        job_scripts=True)
 
 DATA_PARSERS: dict[str, DataParser] = {p.name: p for p in (
     DataParser("v0.0.37", ("21.08", "22.05"), "real 22.05 daemons (REST)",
-               start_is_eligible=True, exit_trusted=False, rest=RestFeatures()),
-    DataParser("v0.0.38", ("22.05",), "real 22.05 daemons (CLI and REST)",
-               exit_trusted=False, rest=RestFeatures(window_states=_STATES_38)),
+               start_is_eligible=True, exit_trusted=False,
+               rest=RestFeatures(repeat_lists=False)),
+    DataParser("v0.0.38", ("22.05",), "real 22.05 daemons (CLI and REST)", exit_trusted=False,
+               rest=RestFeatures(window_states=_STATES_38, repeat_lists=False)),
     DataParser("v0.0.39", ("23.02", "23.11"), "not run here (no 23.02 packaged)",
                rest=RestFeatures(window_states=_STATES_38)),
     DataParser("v0.0.40", ("23.11", "24.05", "24.11"), "real 24.11 daemons (REST)",
