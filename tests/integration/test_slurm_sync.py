@@ -288,6 +288,11 @@ def test_a_job_on_two_gpu_models_is_bound_to_the_indices_of_both(slurm, wave, cl
             (slurm.multi_node, i) for i in expected["h100"] + expected["h200"])
         node = Node.objects.get(cluster=cluster, name=slurm.multi_node)
         assert (node.gpu_count, node.gpu_types) == (6, {"h100": 2, "h200": 4})
+        # ...and the prolog mapped all three (Slurm hands it only the last model's indices)
+        mapped = wait_for(lambda: len(m := _mapped(slurm, job_id)) >= 3 and m, 30,
+                          "the prolog's map files")
+        assert mapped == sorted(f"{slurm.multi_node}/{i}"
+                                for i in expected["h100"] + expected["h200"])
     finally:
         slurm.run("scancel", str(job_id), check=False)
 
