@@ -22,7 +22,9 @@ a half of GPU time that sreport and Beacon count differently; seen on 22.05 and 
 from __future__ import annotations
 
 import os
+import re
 import signal
+import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -37,7 +39,7 @@ from apps.clusters import services as cluster_services
 from apps.clusters import sync
 from apps.clusters.models import Cluster
 from apps.jobs.models import Job
-from tests.integration.slurm import SlurmDev, wait_for
+from tests.integration.slurm import SlurmDev, text_time, wait_for
 
 pytestmark = [pytest.mark.integration("slurm"), pytest.mark.slow]
 
@@ -108,6 +110,20 @@ def _restart_slurmdbd(slurm: SlurmDev) -> None:
     slurm.start()
     wait_for(lambda: _registrations(slurm) > registered, 60, "slurmctld to register again",
              every=0.5)
+    # the jobs it sends again go through its agent queue, a moment after the registration
+    time.sleep(3)
+    wait_for(lambda: _agent_queue(slurm) == 0, 60, "slurmctld's queue to slurmdbd to empty",
+             every=0.5)
+
+
+def _agent_queue(slurm: SlurmDev) -> int:
+    out = slurm.run("sdiag")
+    return int(re.search(r"DBD Agent queue size:\s*(\d+)", out).group(1))
+
+
+def _durations(slurm: SlurmDev, ids: list[int]) -> dict[int, str]:
+    return {i: row["End"] and str(text_time(row["End"]) - text_time(row["Start"]))
+            for i, row in slurm.sacct_text(ids).items()}
 
 
 def _reported_minutes(slurm: SlurmDev, hour: datetime) -> float:
@@ -125,11 +141,15 @@ def jobs(slurm: SlurmDev) -> RolledUp:
            for g in GPUS]
     wait_for(lambda: slurm.finished_in_accounting(ids), 180, "the jobs to end", every=2)
     _restart_slurmdbd(slurm)  # slurmctld re-sends what it holds now, before the move
+    durations = _durations(slurm, ids)
     hour = reconciliation.rolled_up_until(datetime.now(tz=UTC)) - timedelta(hours=1)
     _move_into(slurm, ids, hour)
     slurm.run("sacctmgr", "-i", "roll")  # from the rewound bookmark; no restart
     wait_for(lambda: _reported_minutes(slurm, hour) >= 2, 120, "slurmdbd to roll the hour up",
              every=3)
+    moved = slurm.sacct_text(ids)
+    assert all(text_time(r["Start"]) < hour + timedelta(hours=1) for r in moved.values()), moved
+    assert _durations(slurm, ids) == durations, "slurmctld sent a moved job's end again"
     return RolledUp(ids, hour)
 
 
