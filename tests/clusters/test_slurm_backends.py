@@ -327,3 +327,22 @@ def test_pyslurm_is_imported_only_when_selected_and_fails_clearly():
     with pytest.raises(AdapterError, match="needs the pyslurm package"):
         slurm_client("pyslurm", {})
     # the backend itself, against a stand-in pyslurm 25.11: tests/clusters/test_slurm_pyslurm.py
+
+
+NOTHING_FOUND = {"meta": {"plugin": {"type": "openapi/dbv0.0.38"}, "Slurm": {
+    "release": "22.05.8"}}, "errors": [{"description": "Nothing found", "error_number": 9003,
+                                        "error": "Nothing found with query",
+                                        "source": "slurmdb_jobs_get"}], "jobs": []}
+
+
+def test_an_id_accounting_does_not_have_is_an_empty_answer_not_a_failure(tmp_path):
+    """22.05's sacct --json -j <unknown id> says "Nothing found" in its errors (recorded on
+    the dev cluster); a job Beacon holds as active that accounting lost must not fail every
+    sync. A real failure in the same list still does."""
+    _bin(tmp_path, "sacct", f"echo '{json.dumps(NOTHING_FOUND)}'")
+    assert list(SlurmCli(bin_dir=str(tmp_path), timeout=5).jobs_by_id([999999])) == []
+    broken = {**NOTHING_FOUND, "errors": [*NOTHING_FOUND["errors"], {
+        "description": "Unable to contact slurmdbd", "error_number": 1}]}
+    _bin(tmp_path, "sacct", f"echo '{json.dumps(broken)}'")
+    with pytest.raises(TransientAdapterError, match="Unable to contact slurmdbd"):
+        list(SlurmCli(bin_dir=str(tmp_path), timeout=5).jobs_by_id([999999]))

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from apps.clusters.adapters.slurm import parse, parse_gpus, versions
+from apps.clusters.adapters.slurm import parse, parse_gpus, values, versions
 from apps.clusters.adapters.slurm import parse_cluster as cparse
 from apps.clusters.adapters.slurm import types as st
 from apps.clusters.adapters.slurm.versions import DataParser
@@ -192,8 +192,8 @@ class SlurmCli:
         if held is not None:
             yield held
             return
-        if members.get("errors"):  # sacct exits 0 with errors in its JSON (slurmdbd down)
-            text = json.dumps(members["errors"])[:2000]
+        if errors := values.failures(members.get("errors")):  # sacct can exit 0 with them
+            text = json.dumps(errors)[:2000]
             raise TransientAdapterError(f"sacct reported errors: {text[:200]}",
                                         service="slurm", detail=text)
         if "jobs" not in members:

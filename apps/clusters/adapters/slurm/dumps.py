@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from apps.clusters.adapters.slurm import versions
+from apps.clusters.adapters.slurm import values, versions
 from apps.clusters.adapters.slurm.versions import DataParser, UnknownDataParser
 from apps.core.errors import AdapterError
 from apps.jobs.adapters import jsonstream
@@ -65,7 +65,7 @@ def inspect(stream: IO[bytes], data_parser: str | None = None) -> Dump:
         for key, value in _tail(stream).items():
             members.setdefault(key, value)
     stream.seek(start)
-    errors = members.get("errors")
+    errors = values.failures(members.get("errors"))
     if errors:
         raise DumpRefused(f"Slurm reported errors in this dump, so it may be incomplete: "
                           f"{_short(errors)}. Nothing was imported; dump again once "

@@ -38,7 +38,7 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 
-from apps.clusters.adapters.slurm import parse, parse_gpus, versions
+from apps.clusters.adapters.slurm import parse, parse_gpus, values, versions
 from apps.clusters.adapters.slurm import parse_cluster as cparse
 from apps.clusters.adapters.slurm import types as st
 from apps.clusters.adapters.slurm.rest_limits import limit_body
@@ -211,6 +211,7 @@ class SlurmRest:
 
     @staticmethod
     def _raise_errors(path: str, errors: Any) -> None:
+        errors = values.failures(errors)
         if errors:
             text = json.dumps(errors)[:2000]
             raise TransientAdapterError(f"slurmrestd {path} reported errors: {text[:200]}",

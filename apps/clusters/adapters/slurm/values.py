@@ -110,6 +110,18 @@ def job_state(value: Any) -> str:
     return words[0] if words else "UNKNOWN"
 
 
+# --- Slurm's own errors -------------------------------------------------------------------
+
+
+def failures(errors: Any) -> list[Any]:
+    """The entries of a document's ``errors`` list that mean a failed read. 22.05 reports
+    an empty answer as one (``sacct --json -j <unknown id>``: error 9003 "Nothing found"),
+    which is an answer, not a failure."""
+    return [e for e in errors or [] if not (
+        isinstance(e, Mapping) and (e.get("error_number") == 9003
+                                    or "Nothing found" in str(e.get("description", ""))))]
+
+
 # --- Exit codes -------------------------------------------------------------------------
 
 _SIGNALLED = {"SIGNALED", "CORE_DUMPED"}
