@@ -242,3 +242,14 @@ def test_lists_go_in_the_query_as_each_version_reads_them(slurmrestd, version, s
     by_id, window = (p for m, p, _ in fake.seen if m == "GET")
     assert all(step in by_id for step in steps)
     assert states in window
+
+
+def test_a_server_that_cannot_be_asked_is_not_asked_again_for_a_minute(slurmrestd):
+    fake, url = slurmrestd
+    fake.answer("GET", "/openapi/v3", b"Service Unavailable", status=503)
+    client = _client(url)
+    assert client.cannot(Action.QUOTA_WRITE) == ""  # cannot tell: the action will say why
+    assert _client(url).cannot(Action.QUOTA_WRITE) == ""
+    assert [p for _, p, _ in fake.seen] == ["/openapi/v3"]  # one attempt, not one per page
+    with pytest.raises(AdapterError, match="did not say which API versions it serves"):
+        _client(url).nodes()

@@ -49,7 +49,8 @@ _ID_CHUNK = 200
 Params = Mapping[str, str] | Sequence[tuple[str, str]] | None
 _TRANSIENT_STATUS = {500, 502, 503, 504}  # slurmrestd answers 500 when slurmctld/dbd is down
 DETECT_FOR = 3600.0  # seconds a server's detected API version is remembered
-_detected: dict[str, tuple[float, str]] = {}  # url -> (when, version)
+DETECT_RETRY = 60.0  # seconds before a server that could not be asked is asked again
+_detected: dict[str, tuple[float, str]] = {}  # url -> (when, version; "" when it failed)
 _detect_lock = threading.Lock()
 
 
@@ -146,15 +147,24 @@ class SlurmRest:
 
     def _detect(self) -> str:
         """The newest version both sides speak, from ``/openapi/v3``'s paths (remembered
-        per URL for ``DETECT_FOR`` seconds: the document is megabytes)."""
+        per URL for ``DETECT_FOR`` seconds: the document is megabytes). A failed attempt is
+        remembered for ``DETECT_RETRY`` seconds, so pages asking ``cannot`` of a server that
+        is down do not each wait for it."""
         with _detect_lock:
-            known = _detected.get(self.url)
-            if known and time.monotonic() - known[0] < DETECT_FOR:
-                return known[1]
-        spec = self._json("/openapi/v3", check_errors=False)
-        found = versions.newest_served(spec.get("paths") or {}).name
-        with _detect_lock:
-            _detected[self.url] = (time.monotonic(), found)
+            when, found = _detected.get(self.url, (0.0, ""))
+        age = time.monotonic() - when
+        if found and age < DETECT_FOR:
+            return found
+        if when and not found and age < DETECT_RETRY:
+            raise TransientAdapterError(f"slurmrestd at {self.url} did not say which API "
+                                        "versions it serves (tried less than a minute ago)",
+                                        service="slurm")
+        try:
+            spec = self._json("/openapi/v3", check_errors=False)
+            found = versions.newest_served(spec.get("paths") or {}).name
+        finally:
+            with _detect_lock:
+                _detected[self.url] = (time.monotonic(), found)
         return found
 
     # --- HTTP --------------------------------------------------------------------------
