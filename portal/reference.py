@@ -135,7 +135,8 @@ NOTES: dict[str, str] = {
     "SLURM_REST_URL": "slurmrestd's address (the `rest` backend)",
     "SLURM_TIMEOUT": "seconds per Slurm command or request",
     "SLURM_REST_USER": "the `X-SLURM-USER-NAME` of REST requests",
-    "SLURM_REST_VERSION": "slurmrestd's OpenAPI plugin version",
+    "SLURM_REST_VERSION": "slurmrestd's API version (data_parser); empty: the newest the "
+                          "server serves",
     "SLURM_SYNC_FULL_EVERY": "seconds: a full job sync at least this often, even when "
                              "Slurm's counters did not move",
     "SLURM_SYNC_CLAIM_EXPIRY": "seconds: a sync claim older than this is taken over (its worker "

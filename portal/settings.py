@@ -355,7 +355,11 @@ SLURM_REST_URL = env_str("SLURM_REST_URL")
 SLURM_TIMEOUT = env_int("SLURM_TIMEOUT", 30, minimum=1)
 SLURM_REST_USER = env_str("SLURM_REST_USER")
 SLURM_REST_TOKEN_FILE = env_str("SLURM_REST_TOKEN_FILE")  # a JWT from `scontrol token`
-SLURM_REST_VERSION = env_choice("SLURM_REST_VERSION", "v0.0.38", ("v0.0.38", "v0.0.37"))
+# slurmrestd's API version ("": the newest the server serves; apps/clusters/adapters/slurm/
+# versions.py lists them, tests/clusters/test_slurm_versions.py keeps this list the same)
+SLURM_REST_VERSION = env_choice("SLURM_REST_VERSION", "", (
+    "", "v0.0.37", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44",
+    "v0.0.45"))
 # Job sync (apps/clusters/sync.py): seconds unless named otherwise
 SLURM_SYNC_OVERLAP = env_int("SLURM_SYNC_OVERLAP", 600, minimum=0)  # re-read behind watermark
 SLURM_SYNC_INITIAL_DAYS = env_int("SLURM_SYNC_INITIAL_DAYS", 30, minimum=1)  # first sync

@@ -394,3 +394,14 @@ def test_the_files_backend_reads_each_release(tmp_path, release):
     assert all(j.exit is not None for j in jobs if isinstance(j, SlurmJob) and j.is_finished
                and release != "22.05")  # 22.05's doubtful SUCCESS needs the exit codes file
     assert files.nodes() and files.queue() and files.gpu_bindings() and files.partitions()
+
+
+def test_the_rest_version_setting_offers_every_version_the_rest_backend_speaks():
+    import ast
+
+    source = (Path(__file__).resolve().parents[2] / "portal" / "settings.py").read_text()
+    call = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", "") == "env_choice"
+                and isinstance(n.args[0], ast.Constant) and n.args[0].value == "SLURM_REST_VERSION")
+    offered = ast.literal_eval(call.args[2])
+    assert set(offered) == {""} | {p.name for p in versions.DATA_PARSERS.values() if p.rest}
