@@ -44,7 +44,7 @@ class JobSerializer(serializers.ModelSerializer):
             "partition", "qos", "state", "reason", "exit_code", "exit_signal", "exit",
             "submit_time", "eligible_time", "start_time", "end_time", "time_limit_min",
             "nodes", "node_count", "cpus", "memory_mb", "gpus", "gpu_shards",
-            "gpu_equivalent", "gpu_types", "tres_alloc", "labels", "implausible",
+            "gpu_equivalent", "gpu_types", "gpu_source", "tres_alloc", "labels", "implausible",
             "implausible_accepted_at", "implausible_accepted_by", "updated_at", "url",
         ]
 
