@@ -271,10 +271,25 @@ def sync_queue(cluster: Cluster, client: SlurmClient | None = None) -> QueueResu
             result.note = str(exc)
         else:
             result.gpus_opened, result.gpus_closed = sync_gpu_bindings(cluster, bindings, now)
+            result.note = _unbound_note(entries, bindings)
         Cluster.objects.filter(pk=cluster.pk).update(queue_synced_at=now)
         cluster.queue_synced_at = now
         run.stats = result.stats()
     return result
+
+
+def _unbound_note(entries: list[QueueEntry], bindings: list[GpuBinding]) -> str:
+    """Say so when running GPU jobs came without GPU indices: a Slurm whose output Beacon
+    misreads must not look like a cluster whose jobs hold no GPUs (issue 25: a format
+    change once left every binding empty while the sync reported success)."""
+    bound = {b.job_id for b in bindings}
+    unbound = sorted(e.job_id for e in entries
+                     if e.state == "RUNNING" and e.gpus and e.job_id not in bound)
+    if not unbound:
+        return ""
+    return (f"{len(unbound)} running GPU job(s) came without GPU indices (e.g. "
+            f"{', '.join(map(str, unbound[:3]))}): their telemetry cannot be bound to GPUs "
+            "(a job that ended between the two reads is one too)")
 
 
 def _import_unknown(cluster: Cluster, client: SlurmClient, entries: list[QueueEntry],

@@ -447,3 +447,13 @@ def test_a_count_from_slurmctld_is_checked_for_plausibility_like_an_import():
     job.refresh_from_db()
     assert job.gpus == 4096 and job.gpu_source == "gres_detail"
     assert job.implausible == ["claims 4,096 GPUs; the cluster has 8"]
+
+
+def test_running_gpu_jobs_without_indices_are_said_not_hidden(cluster, slurm):
+    slurm.bindings = [b for b in slurm.bindings if b.job_id != slurm.bindings[0].job_id]
+    missing = FakeSlurm.recorded().bindings[0].job_id
+    result = sync.sync_queue(cluster, slurm)
+    assert f"came without GPU indices (e.g. {missing}" in result.note
+    assert result.note in TaskRun.objects.filter(kind="slurm.sync_queue").latest("pk").stats[
+        "note"]
+    assert sync.sync_queue(cluster, FakeSlurm.recorded()).note == ""
