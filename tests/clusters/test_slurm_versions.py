@@ -217,7 +217,8 @@ def test_without_gpu_accounting_gpus_come_from_the_request_and_say_so():
     ("sbatch --gpus-per-node h100:1 --nodes 2 --wrap x", 2, (2, {"h100": 2}, "submit_line")),
     ("sbatch --gpus-per-task 2 --ntasks 2 --wrap x", 1, (4, {}, "submit_line")),
     ("sbatch -N2 --ntasks-per-node=4 --gpus-per-task=1 job.sh", 2, (8, {}, "submit_line")),
-    ("sbatch --gpus-per-socket 2 --sockets-per-node 2 --wrap x", 1, (4, {}, "submit_line")),
+    # Slurm gives per socket on the sockets the tasks use: 24.11.7 held 2, not 2 x 2
+    ("sbatch --gpus-per-socket 2 --sockets-per-node 2 --wrap x", 1, (0, {}, "")),
     ("sbatch -G3 job.sh", 1, (3, {}, "submit_line")),
     ("srun --gres=gpu:a100:1 --pty bash", 1, (1, {"a100": 1}, "submit_line")),
     ("sbatch --gpus-per-socket 2 --wrap x", 1, (0, {}, "")),  # sockets unknown
