@@ -101,3 +101,16 @@ def test_a_pyslurm_cluster_says_its_backend_never_ran_against_a_real_slurm(world
     assert "has not run against a real libslurm 25.11 here" in text
     platform = login("staff").get(reverse("core-platform")).content.decode()
     assert "not run against a real Slurm here" in platform
+
+
+def test_a_node_with_two_gpu_models_lists_both(world, login):
+    from apps.clusters.models import Node
+
+    Node.objects.create(cluster=world.cluster, name="gpu05", gpu_type="h100+h200", gpu_count=6,
+                        gpu_types={"h100": 2, "h200": 4})
+    Node.objects.create(cluster=world.cluster, name="cpu01")
+    text = login("bob").get(reverse("clusters-detail", args=[world.cluster.name])).content
+    row = text.decode().split("<td>gpu05</td>", 1)[1].split("</tr>", 1)[0]
+    assert "2 × h100, 4 × h200" in row
+    cpu = text.decode().split("<td>cpu01</td>", 1)[1].split("</tr>", 1)[0]
+    assert "<td>—</td>" in cpu
