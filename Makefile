@@ -44,8 +44,9 @@ serve: venv
 	$(VENV)/bin/gunicorn portal.wsgi -b $(HOST):$(PORT) -w 2 --timeout 120 --access-logfile -
 
 ## make test: the whole suite (SQLite unless DATABASE_URL is set; CI sets it and CI=true),
-## on TEST_WORKERS processes, one per core (the shared services' tests all on one: tests/xdist_lanes.py)
-TEST_WORKERS ?= 2
+## on TEST_WORKERS processes: one per shared-service lane (each Slurm release; Prometheus and Redis),
+## the rest for everything else (tests/xdist_lanes.py)
+TEST_WORKERS ?= 6
 test: venv-dev
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 

@@ -1,16 +1,23 @@
-"""How `make test` splits the suite over two pytest-xdist workers: two lanes.
+"""How `make test` splits the suite over its pytest-xdist workers: lanes.
 
-The tests of the shared services (the one dev Slurm cluster, the one Prometheus on :9091 and
-the Redis database the Celery tests share) change state the others of their kind can see: a
-backfill restarts Prometheus, a fault test stops slurmdbd, a Slurm test counts the cluster's
-jobs. They must run one after another, so they all go to the first worker ("services" lane),
-in collection order. Every other module goes, whole, to the other workers ("rest" lane):
+The tests of a shared service change state the others of their kind can see: a backfill
+restarts the one Prometheus on :9091, a fault test stops a release's slurmdbd, a Slurm test
+counts that cluster's jobs, the Celery tests share one Redis database. Those must run one after
+another, so each shared service is a lane of its own, run in collection order on one worker:
+one lane per Slurm release (``slurm-22.05``, ``slurm-24.11``, ``slurm-26.05``, read off the
+test's parameter id; the releases' clusters share nothing) and one ``services`` lane for
+Prometheus and Redis. Every other module goes, whole, to the remaining workers ("rest"):
 whole modules so that a module-scoped fixture (a simulated month, a Slurm wave) is built once.
 
-The services worker takes nothing else: its lane ends with transactional tests, whose flush
-empties the rows the data migrations wrote, and a later non-transactional module would miss
-them. pytest-django orders each lane's tests as in a serial run, so neither lane sees a flush
-before a test that needs those rows.
+With at least one worker more than there are lanes, each lane has a worker of its own
+(gw0, gw1, ... in lane order) and the rest share the others; with fewer, every lane's tests
+go to gw0 as one ``services`` lane, in collection order. The Slurm lanes mostly wait for
+daemons and jobs, so on two cores `make test` runs more workers than cores.
+
+A lane's worker takes nothing else: a lane ends with transactional tests, whose flush empties
+the rows the data migrations wrote, and a later non-transactional module would miss them.
+pytest-django orders each lane's tests as in a serial run, so no lane sees a flush before a
+test that needs those rows.
 
 xdist's own ``--dist loadgroup`` would do the first half, but its group suffix does not take
 on pytest 9 (it rewrites ``Item._nodeid``; pytest 9 reads ``Item._id``), hence this.
@@ -28,6 +35,8 @@ from xdist.scheduler import LoadScopeScheduling
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = re.compile(r"""mark\.integration\(\s*["'](slurm|prometheus|redis)["']""")
 SERVICES = "services"
+# a Slurm test's release, from its parameter id: test_x[slurm-24.11-rest], test_y[slurm-22.05]
+RELEASE = re.compile(r"\[(?:.*-)?(slurm-\d+\.\d+)(?:-.*)?\]$")
 
 
 @cache
@@ -45,28 +54,26 @@ class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is unt
         # sorting modules by size would put a transactional module before plain ones
         config.option.loadscopereorder = False
         self._scope_of: dict[str, str] = {}
+        self._lane_of_worker: dict[str, str] = {}
 
     def schedule(self) -> None:
         if self.collection is None and self.registered_collections:
-            self._scope_of = _scopes(next(iter(self.registered_collections.values())))
+            collection = next(iter(self.registered_collections.values()))
+            self._scope_of, self._lane_of_worker = plan(collection, len(self.nodes))
         super().schedule()
 
     def _split_scope(self, nodeid: str) -> str:
         return self._scope_of[nodeid]
 
     def _lane(self, node: Any) -> str:
-        if len(self.nodes) < 2 or (SERVICES not in self.workqueue
-                                   and not self._services_assigned()):
+        if not self._lane_of_worker:
             return "any"  # one worker, or nothing to keep apart (a subset of the suite)
-        return SERVICES if node.workerinput["workerid"] == "gw0" else "rest"
-
-    def _services_assigned(self) -> bool:
-        return any(SERVICES in work for work in self.assigned_work.values())
+        return self._lane_of_worker.get(node.workerinput["workerid"], "rest")
 
     def _next_scope(self, node: Any) -> str | None:
         lane = self._lane(node)
         for scope in self.workqueue:
-            if lane == "any" or (scope == SERVICES) == (lane == SERVICES):
+            if lane == "any" or scope == lane or (lane == "rest" and not is_lane(scope)):
                 return str(scope)
         return None
 
@@ -84,27 +91,47 @@ class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is unt
         if node.shutting_down:
             return
         if self._next_scope(node) is None:
-            node.shutdown()  # its lane is done; the other lane's work stays the other's
+            node.shutdown()  # its lane is done; the other lanes' work stays theirs
             return
         if self._pending_of(self.assigned_work[node]) <= 2:
             self._assign_work_unit(node)
 
 
-def _scopes(collection: list[str]) -> dict[str, str]:
-    """Each test's unit of work: "services", or a module's run of consecutive tests.
+def is_lane(scope: str) -> bool:
+    return scope == SERVICES or scope.startswith("slurm-")
 
-    A module with plain and transactional tests appears twice in pytest-django's order; each
-    appearance is its own unit, so its transactional tests still run after the plain ones."""
+
+def plan(collection: list[str], workers: int) -> tuple[dict[str, str], dict[str, str]]:
+    """Each test's unit of work, and which worker runs which lane (none: any worker, any work).
+
+    A unit is a lane, or a module's run of consecutive tests: a module with plain and
+    transactional tests appears twice in pytest-django's order, and each appearance is its own
+    unit, so its transactional tests still run after the plain ones."""
+    lanes = {nodeid: _lane_of(nodeid) for nodeid in collection}
+    names = sorted({lane for lane in lanes.values() if lane})
+    merged = workers <= len(names)
     scope_of: dict[str, str] = {}
     runs: dict[str, int] = {}
     previous = None
     for nodeid in collection:
         module = nodeid.split("::", 1)[0]
-        if _uses_a_shared_service(module):
-            scope_of[nodeid] = SERVICES
+        if lanes[nodeid]:
+            scope_of[nodeid] = SERVICES if merged else lanes[nodeid]
         else:
             if module != previous:
                 runs[module] = runs.get(module, 0) + 1
             scope_of[nodeid] = f"{module}#{runs[module]}"
         previous = module
-    return scope_of
+    if workers < 2 or not names:
+        return scope_of, {}
+    if merged:
+        return scope_of, {"gw0": SERVICES}
+    return scope_of, {f"gw{index}": lane for index, lane in enumerate(names)}
+
+
+def _lane_of(nodeid: str) -> str:
+    """The shared service lane a test belongs to, or "" for none."""
+    if not _uses_a_shared_service(nodeid.split("::", 1)[0]):
+        return ""
+    release = RELEASE.search(nodeid)
+    return release.group(1) if release else SERVICES

@@ -1,0 +1,37 @@
+"""How `make test` deals the suite to its workers (tests/xdist_lanes.py)."""
+
+from __future__ import annotations
+
+from tests.xdist_lanes import plan
+
+SLURM = "tests/integration/test_slurm_sync.py"  # marked integration("slurm")
+PROM = "tests/integration/test_alert_rules.py"  # marked integration("prometheus")
+PLAIN = "tests/core/test_template_lines.py"
+
+COLLECTION = [
+    f"{PLAIN}::test_a",
+    f"{SLURM}::test_sync[slurm-22.05-cli]",
+    f"{SLURM}::test_sync[slurm-24.11-rest]",
+    f"{SLURM}::test_wave[slurm-26.05]",
+    f"{PROM}::test_rules",
+    f"{PLAIN}::test_b",
+]
+
+
+def test_with_a_worker_per_lane_each_release_and_the_other_services_run_apart():
+    scope_of, lanes = plan(COLLECTION, workers=6)
+    assert lanes == {"gw0": "services", "gw1": "slurm-22.05", "gw2": "slurm-24.11",
+                     "gw3": "slurm-26.05"}
+    assert [scope_of[n] for n in COLLECTION] == [
+        f"{PLAIN}#1", "slurm-22.05", "slurm-24.11", "slurm-26.05", "services", f"{PLAIN}#2"]
+
+
+def test_with_too_few_workers_every_lane_runs_on_the_first_one_in_collection_order():
+    scope_of, lanes = plan(COLLECTION, workers=3)
+    assert lanes == {"gw0": "services"}
+    assert [scope_of[n] for n in COLLECTION[1:5]] == ["services"] * 4
+
+
+def test_one_worker_or_no_shared_service_keeps_nothing_apart():
+    assert plan(COLLECTION, workers=1)[1] == {}
+    assert plan([f"{PLAIN}::test_a", f"{PLAIN}::test_b"], workers=6)[1] == {}
