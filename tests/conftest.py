@@ -27,7 +27,7 @@ PERSONAS = ("anon", "alice", "bob", "tom", "carol", "dave", "staff", "eve")
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
-    """`make test` runs two workers: the shared services' tests on one (tests/xdist_lanes.py)."""
+    """`make test`: each shared service's tests on a worker of its own (tests/xdist_lanes.py)."""
     from tests.xdist_lanes import LaneScheduling
 
     return LaneScheduling(config, log)
