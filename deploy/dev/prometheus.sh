@@ -61,8 +61,10 @@ wait_ready() {
 start() {
   if our_pid >/dev/null; then wait_ready; return 0; fi
   if curl -fsS -m 2 "$URL/-/ready" >/dev/null 2>&1; then
-    echo "prometheus.sh: $LISTEN is answering but is not ours (no valid $PIDFILE)" >&2
-    return 1
+    stop_other_checkouts || {
+      echo "prometheus.sh: $LISTEN is answering but is not ours (no valid $PIDFILE)" >&2
+      return 1
+    }
   fi
   mkdir -p "$DATA" "$RUN"
   # setsid: the server outlives this shell and its job control.
@@ -74,6 +76,29 @@ start() {
     </dev/null >"$LOG" 2>&1 &
   echo $! >"$PIDFILE"
   wait_ready
+}
+
+stop_other_checkouts() {
+  # The dev Prometheus of another Beacon checkout (a clean clone in CI, a worktree) holds the
+  # port: stop it, so that `up` does not depend on what ran before. Only a process listening
+  # here whose command line is that of this script's Prometheus (our config's file name, a
+  # var/prometheus data dir) is stopped; anything else on the port is left alone.
+  local pid cmd
+  pid=$(ss -Hltnp "sport = :$PORT" 2>/dev/null | grep -o 'pid=[0-9]*' | head -1 | cut -d= -f2)
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline")
+  case "$cmd" in
+    prometheus\ *--config.file=*/deploy/dev/*--web.listen-address=$LISTEN\ *--storage.tsdb.path=*/var/prometheus/data\ *) ;;
+    *) return 1 ;;
+  esac
+  echo "prometheus.sh: stopping the dev Prometheus of another checkout on $LISTEN (pid $pid)" >&2
+  kill -TERM "$pid"
+  for _ in $(seq 1 120); do
+    alive "$pid" || return 0
+    sleep 0.25
+  done
+  echo "prometheus.sh: pid $pid did not stop within 30 s" >&2
+  return 1
 }
 
 backfill() {
