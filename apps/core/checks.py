@@ -75,7 +75,8 @@ def check_webhook_egress(app_configs: Any = None, **kwargs: Any) -> list[Error |
                    else egress.check_name(host, allow) if host else "")
         if refused:
             problems.append(Warning(
-                f"{name} points at a {refused} address: webhooks are not sent there",
+                f"{name} points at {'an' if refused[0] in 'aeiou' else 'a'} {refused} address: "
+                "webhooks are not sent there",
                 hint="name it in BEACON_WEBHOOK_ALLOW if it is meant (docs/SECURITY.md)",
                 id="core.W003"))
     return problems

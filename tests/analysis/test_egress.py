@@ -21,6 +21,7 @@ from apps.analysis.egress import (
 )
 
 ip = ipaddress.ip_address
+ZERO = "0.0.0.0"  # noqa: S104  (an address under test, nothing binds to it)
 NOW = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 
 
@@ -37,8 +38,8 @@ NOW = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
     ("0X7F.1", "127.0.0.1"),              # two parts, upper-case hex
     ("127.1", "127.0.0.1"),               # the last part fills the bytes left
     ("127.0.1", "127.0.0.1"),
-    ("0", "0.0.0.0"),
-    ("0x", "0.0.0.0"),                    # glibc reads a bare 0x as 0
+    ("0", ZERO),
+    ("0x", ZERO),                    # glibc reads a bare 0x as 0
     ("169.254.43518", "169.254.169.254"),  # metadata, two bytes in one part
     ("2852039166", "169.254.169.254"),
     ("0xa9.0xfe.0xa9.0xfe", "169.254.169.254"),
@@ -75,7 +76,7 @@ def test_names_and_broken_spellings_are_not_addresses(host):
     ("169.254.170.2", "cloud metadata"),
     ("169.254.1.1", "link-local"), ("fe80::1", "link-local"),
     ("100.64.0.1", "shared (CGNAT)"), ("100.127.255.254", "shared (CGNAT)"),
-    ("0.0.0.0", "unspecified"), ("0.1.2.3", "unspecified"), ("::", "unspecified"),
+    (ZERO, "unspecified"), ("0.1.2.3", "unspecified"), ("::", "unspecified"),
     ("224.0.0.1", "multicast"), ("239.255.255.250", "multicast"), ("ff02::1", "multicast"),
     ("240.0.0.1", "reserved"), ("255.255.255.255", "reserved"), ("192.0.2.1", "reserved"),
     ("198.18.0.1", "reserved"), ("203.0.113.7", "reserved"), ("2001:db8::1", "reserved"),

@@ -213,16 +213,16 @@ def _certificates(folder: Path) -> tuple[Path, Path, Path]:
     def name(text: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
 
-    now = dt.datetime.now(dt.UTC)
+    now, day = dt.datetime.now(dt.UTC), dt.timedelta(days=1)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(name("test CA")).issuer_name(name("test CA"))
           .public_key(ca_key.public_key()).serial_number(1)
-          .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=1))
+          .not_valid_before(now - day).not_valid_after(now + day)
           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
           .sign(ca_key, hashes.SHA256()))
     leaf = (x509.CertificateBuilder().subject_name(name("hook.test")).issuer_name(ca.subject)
             .public_key(key.public_key()).serial_number(2)
-            .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=1))
+            .not_valid_before(now - day).not_valid_after(now + day)
             .add_extension(x509.SubjectAlternativeName([x509.DNSName("hook.test")]),
                            critical=False)
             .sign(ca_key, hashes.SHA256()))
