@@ -275,3 +275,35 @@ def test_only_http_and_https_are_sent():
                 "http:///nohost", "http://example.org:99999/"):
         with pytest.raises(AdapterError, match=r"not a valid http\(s\) URL"):
             sender().post_json(url, {"text": "hi"})
+
+
+def test_an_allow_listed_ipv6_address_is_reached_with_its_brackets():
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+
+    hosts: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # http.server calls it by this name
+            hosts.append(self.headers["Host"])
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    try:
+        server = Server(("::1", 0), Handler)
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://[::1]:{server.server_address[1]}/hook"
+        with pytest.raises(AdapterError, match=UNDELIVERED):
+            sender().post_json(url, {"text": "hi"})
+        assert sender("::1").post_json(url, {"text": "hi"}) == 204
+        assert hosts == [f"[::1]:{server.server_address[1]}"]
+    finally:
+        server.shutdown()
+        server.server_close()
