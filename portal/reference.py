@@ -34,6 +34,7 @@ READERS = {"env_str": "text", "env_bool": "boolean", "env_int": "integer", "env_
            "env_choice": "one of", "_required": "text, required when that sign-on is on"}
 _SECTION = re.compile(r"^#\s*---\s*(.*?)\s*-*\s*$")
 
+_WEBHOOK_TIMEOUT = "seconds a webhook request may take, connecting and answering together"
 # Effects the source's comments do not give (helpers without comments, terse lines).
 NOTES: dict[str, str] = {
     "BEACON_DATA_DIR": "where the SQLite database, the generated secret key and the demo's "
@@ -143,7 +144,7 @@ NOTES: dict[str, str] = {
                                "died)",
     "JOB_LABEL_RULES": "the job-label rules file (AI frameworks from batch scripts)",
     "QUOTA_WEBHOOK_URL": "where quota warnings are posted (JSON with a `text` field)",
-    "QUOTA_WEBHOOK_TIMEOUT": "seconds per webhook request",
+    "QUOTA_WEBHOOK_TIMEOUT": _WEBHOOK_TIMEOUT,
     "TRACE_MAX_FILE_MB": "largest trace file read",
     "TRACE_MAX_DECOMPRESSED_MB": "largest trace after decompression (gzip bombs stop here)",
     "TRACE_UPLOAD_MAX_FILES": "files per upload request (one per rank)",
@@ -151,11 +152,11 @@ NOTES: dict[str, str] = {
     "SECURITY_CLAIM_EXPIRY": "seconds: a detection claim older than this is taken over",
     "SECURITY_SCRIPT_BATCH": "job scripts read per scheduled run",
     "SECURITY_SCRIPT_LOOKBACK_DAYS": "how far back job scripts are read",
-    "SECURITY_WEBHOOK_TIMEOUT": "seconds per webhook request",
+    "SECURITY_WEBHOOK_TIMEOUT": _WEBHOOK_TIMEOUT,
     "SECURITY_PROBE_TIMEOUT": "seconds per probe",
     "SECURITY_PROBE_PER_SECOND": "probes per second",
-    "SLO_WEBHOOK_TIMEOUT": "seconds per webhook request",
-    "GUARDRAILS_WEBHOOK_TIMEOUT": "seconds per webhook request",
+    "SLO_WEBHOOK_TIMEOUT": _WEBHOOK_TIMEOUT,
+    "GUARDRAILS_WEBHOOK_TIMEOUT": _WEBHOOK_TIMEOUT,
     "GUARDRAILS_POLICY_IDLE_MINUTES": "idle time (minutes) that starts the idle-job policy: a "
                                       "warning, then the cancel after the grace period",
     "GUARDRAILS_POLICY_GRACE_MINUTES": "minutes between the policy's warning and its cancel",

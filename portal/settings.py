@@ -383,6 +383,22 @@ QUOTA_ALERT_EMAIL = env_bool("QUOTA_ALERT_EMAIL", True)
 QUOTA_WEBHOOK_URL = env_str("QUOTA_WEBHOOK_URL")
 QUOTA_WEBHOOK_TIMEOUT = env_int("QUOTA_WEBHOOK_TIMEOUT", 10, minimum=1)
 
+# --- Outgoing webhooks (apps/core/webhooks.py, docs/SECURITY.md "Outgoing webhooks") ---------
+
+# Every webhook (guardrails, SLOs, security, quotas) goes to public addresses only: loopback,
+# private, link-local, CGNAT, reserved and cloud metadata addresses are refused when a URL is
+# saved and again when it is sent. Names here are allowed anyway, comma-separated: host names
+# (`chat.corp.example`), suffixes (`*.corp.example`), addresses and networks (`10.20.0.0/16`),
+# e.g. an internal chat server. Each send to such an address is logged (logger
+# `beacon.webhook`). Each sender's `*_WEBHOOK_TIMEOUT` bounds connecting and answering together.
+WEBHOOK_ALLOW = env_list("BEACON_WEBHOOK_ALLOW")
+# The longest Retry-After (seconds) a webhook's 429 or 5xx is obeyed for: the security tasks
+# retry no sooner than asked, up to this; the other senders try again at their next pass.
+WEBHOOK_RETRY_AFTER_MAX = env_int("WEBHOOK_RETRY_AFTER_MAX", 3600, minimum=0)
+# A CA bundle (file) for webhook servers whose certificates a private CA signs; unset:
+# certifi's bundle. The environment's `REQUESTS_CA_BUNDLE` and proxies are not used for webhooks.
+WEBHOOK_CA_BUNDLE = env_str("WEBHOOK_CA_BUNDLE")
+
 # --- E-mail (quota warnings, security notifications) ------------------------------------
 
 # The one mail configuration. No EMAIL_HOST: messages are written to the console log (the

@@ -8,6 +8,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.checks import Error, Warning, register
 
+from apps.analysis import egress
+
 
 def url_problem(url: str) -> str | None:
     """Why ``url`` is not an absolute http(s) URL, or None when it is fine."""
@@ -54,3 +56,27 @@ def check_embedded_default(app_configs: Any = None, **kwargs: Any) -> list[Warni
         warnings.append(Warning("REDIS_URL is unset: background tasks run inside web requests",
                                 hint="set REDIS_URL=redis://... and run a worker", id="core.W002"))
     return warnings
+
+
+@register()
+def check_webhook_egress(app_configs: Any = None, **kwargs: Any) -> list[Error | Warning]:
+    """BEACON_WEBHOOK_ALLOW must parse; a configured webhook the egress policy would refuse
+    (an internal address, localhost) is named now rather than at its first send. Only what
+    needs no DNS is checked here: checks run with every manage.py command."""
+    allow, bad = egress.parse_allow_list(settings.WEBHOOK_ALLOW)
+    problems: list[Error | Warning] = [
+        Error(f"BEACON_WEBHOOK_ALLOW entry {entry!r} is not a host name, *.suffix, address "
+              "or network", hint="e.g. chat.corp.example,*.corp.example,10.20.0.0/16",
+              id="core.E002") for entry in bad]
+    for name in ("SECURITY_WEBHOOK_URL", "SLO_WEBHOOK_URL", "QUOTA_WEBHOOK_URL"):
+        host = urlsplit(getattr(settings, name, "")).hostname or ""
+        address = egress.parse_address(host) if host else None
+        refused = (egress.check(host, [address], allow).refused if address is not None
+                   else egress.check_name(host, allow) if host else "")
+        if refused:
+            problems.append(Warning(
+                f"{name} points at {'an' if refused[0] in 'aeiou' else 'a'} {refused} address: "
+                "webhooks are not sent there",
+                hint="name it in BEACON_WEBHOOK_ALLOW if it is meant (docs/SECURITY.md)",
+                id="core.W003"))
+    return problems

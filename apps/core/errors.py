@@ -17,4 +17,13 @@ class AdapterError(Exception):
 
 
 class TransientAdapterError(AdapterError):
-    """A failure a later retry can fix: timeouts, 503s, refused connections, daemons down."""
+    """A failure a later retry can fix: timeouts, 503s, refused connections, daemons down.
+
+    ``retry_after`` is how long the other side asked us to wait (seconds, from its
+    Retry-After), when it said; whoever retries waits at least that long.
+    """
+
+    def __init__(self, message: str, *, service: str = "", detail: str = "",
+                 retry_after: float | None = None) -> None:
+        super().__init__(message, service=service, detail=detail)
+        self.retry_after = retry_after

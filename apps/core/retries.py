@@ -15,6 +15,8 @@ A run killed with its database leaves its TaskRun "running"; ``sweep_stale_runs`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import InterfaceError, OperationalError
@@ -34,3 +36,16 @@ RETRY: dict[str, Any] = {"autoretry_for": (TransientAdapterError, *DATABASE_ERRO
 RETRY_STEADY: dict[str, Any] = {**RETRY, "retry_jitter": False}
 # Tasks that use only the database (fan-outs, housekeeping, statements).
 RETRY_DB: dict[str, Any] = {"autoretry_for": DATABASE_ERRORS, **_POLICY}
+
+
+@contextmanager
+def as_asked(task: Any) -> Iterator[None]:
+    """Inside a bound task: a ``TransientAdapterError`` that carries the other side's
+    Retry-After (a webhook's 429 or 503, capped by WEBHOOK_RETRY_AFTER_MAX) is retried no
+    sooner than asked; one without it falls to the task's usual backoff."""
+    try:
+        yield
+    except TransientAdapterError as exc:
+        if exc.retry_after is None:
+            raise
+        raise task.retry(exc=exc, countdown=exc.retry_after) from exc

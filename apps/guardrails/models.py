@@ -19,6 +19,7 @@ from django.db import models
 from django.db.models import Q
 
 from apps.accounts.models import Membership
+from apps.core.webhooks import validate_webhook_url
 
 WEBHOOK_FORMATS = (("slack", "Slack"), ("mattermost", "Mattermost"))
 _M = TypeVar("_M", bound=models.Model)
@@ -133,7 +134,7 @@ class AlertPreference(models.Model):
     alerts = models.BooleanField(null=True, blank=True,
                                  help_text="Unset: follow the team's default")
     kinds_off = models.JSONField(default=list, blank=True, help_text="alert kinds not wanted")
-    webhook_url = models.URLField(blank=True)
+    webhook_url = models.URLField(blank=True, validators=[validate_webhook_url])
     webhook_format = models.CharField(max_length=16, choices=WEBHOOK_FORMATS, default="slack")
     digest = models.BooleanField(default=True, help_text="the weekly right-sizing digest")
 
@@ -148,7 +149,7 @@ class TeamAlertSetting(models.Model):
     team = models.OneToOneField("accounts.Team", on_delete=models.CASCADE,
                                 related_name="guardrail_setting")
     alerts_default = models.BooleanField(default=True)
-    webhook_url = models.URLField(blank=True)
+    webhook_url = models.URLField(blank=True, validators=[validate_webhook_url])
     webhook_format = models.CharField(max_length=16, choices=WEBHOOK_FORMATS, default="slack")
     lead_digest = models.BooleanField(default=True, help_text="the leads' weekly team digest")
 

@@ -23,10 +23,10 @@ from django.urls import reverse
 
 from apps.accounts.models import Contact
 from apps.core.errors import AdapterError
+from apps.core.webhooks import post_json
 from apps.guardrails.alerts import local_time, scancel_command
 from apps.guardrails.models import Alert, AlertPreference, Message, TeamAlertSetting
 from apps.jobs.models import Job
-from apps.security.adapters.webhook import post_json
 
 log = logging.getLogger(__name__)
 DAY = timedelta(hours=24)

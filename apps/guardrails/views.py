@@ -21,6 +21,7 @@ from apps.accounts.models import Membership, Team
 from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin, lead_team_ids, signed_in
 from apps.audit import services as audit
 from apps.audit.models import AuditEvent
+from apps.core import webhooks
 from apps.guardrails import policy
 from apps.guardrails.forms import AlertScopeForm, ExemptJobForm, PreferenceForm, TeamSettingForm
 from apps.guardrails.models import Alert, AlertPreference, Exemption, Message, TeamAlertSetting
@@ -94,6 +95,7 @@ class PreferenceView(ActionRequiredMixin, TemplateView):
             if not own.is_valid():
                 return self.render_to_response(self.get_context_data(forms=(own, team_forms)))
             own.save()
+            _audit_internal_webhook(request, own, "own alert preferences")
         else:
             form = next((f for t, f in team_forms if f"team-{t.pk}" == which), None)
             if form is None:  # not a team this user leads
@@ -101,8 +103,18 @@ class PreferenceView(ActionRequiredMixin, TemplateView):
             if not form.is_valid():
                 return self.render_to_response(self.get_context_data(forms=(own, team_forms)))
             form.save()
+            _audit_internal_webhook(request, form, f"team {form.instance.team}")
         messages.success(request, "Saved.")
         return HttpResponseSeeOther(reverse("guardrails-preferences"))
+
+
+def _audit_internal_webhook(request: HttpRequest, form: Any, whose: str) -> None:
+    """A webhook saved to an internal address the admins allow-listed is audited (issue 27)."""
+    url = form.cleaned_data.get("webhook_url") or ""
+    where = webhooks.allow_listed(url) if "webhook_url" in form.changed_data and url else {}
+    if where:
+        audit.record(AuditEvent.Action.WEBHOOK, request=request, user=request.user,
+                     target=whose, details=where)
 
 
 class ExemptJobView(ActionRequiredMixin, View):

@@ -42,8 +42,8 @@ from apps.clusters.adapters.slurm import Association, LimitChange, SlurmClient
 from apps.clusters.models import Cluster, Node, SlurmAccount, SlurmAssociation
 from apps.core.errors import AdapterError
 from apps.core.runs import tracked_run
+from apps.core.webhooks import post_json
 from apps.jobs.models import Job
-from apps.quotas.adapters.webhook import Webhook
 from apps.quotas.models import Quota, QuotaAlert, QuotaChange
 
 log = logging.getLogger(__name__)
@@ -515,11 +515,11 @@ def _deliver(team: Any, text: str, alert: QuotaAlert,
             errors.append(f"email: {exc}")
     if settings.QUOTA_WEBHOOK_URL:
         try:
-            Webhook(settings.QUOTA_WEBHOOK_URL, settings.QUOTA_WEBHOOK_TIMEOUT).post({
+            post_json(settings.QUOTA_WEBHOOK_URL, {
                 "text": text, "team": team.slug, "account": usage.account.name,
                 "cluster": usage.account.cluster.name, "level": alert.level,
                 "used_hours": round(usage.used_hours, 2),
-                "limit_hours": alert.limit_minutes / 60})
+                "limit_hours": alert.limit_minutes / 60}, timeout=settings.QUOTA_WEBHOOK_TIMEOUT)
             channels.append("webhook")
         except AdapterError as exc:
             errors.append(f"webhook: {exc}")

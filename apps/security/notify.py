@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from apps.analysis.security_types import severity_rank
 from apps.core.models import TaskRun
-from apps.security.adapters.webhook import post_json
+from apps.core.webhooks import post_json
 from apps.security.models import Finding, FindingEvent
 
 log = logging.getLogger(__name__)

@@ -6,10 +6,12 @@ Twins: ``manage.py detect`` (``detect_cluster``), ``manage.py security_digest``
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 
 from apps.clusters.models import Cluster
-from apps.core.retries import RETRY, RETRY_DB
+from apps.core.retries import RETRY, RETRY_DB, as_asked
 from apps.security import services
 
 
@@ -28,13 +30,15 @@ def detect_all() -> int:
     return len(ids)
 
 
-@shared_task(**RETRY)
-def notify_findings(finding_ids: list[int]) -> None:
-    """Critical findings, at once (e-mail and webhook)."""
-    services.notify_findings(finding_ids)
+@shared_task(bind=True, **RETRY)
+def notify_findings(self: Any, finding_ids: list[int]) -> None:
+    """Critical findings, at once (e-mail and webhook); a webhook's Retry-After is honoured."""
+    with as_asked(self):
+        services.notify_findings(finding_ids)
 
 
-@shared_task(**RETRY)
-def send_digest() -> None:
+@shared_task(bind=True, **RETRY)
+def send_digest(self: Any) -> None:
     """Every other new finding since the last digest, in one message."""
-    services.send_digest()
+    with as_asked(self):
+        services.send_digest()

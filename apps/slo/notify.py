@@ -28,7 +28,7 @@ from django.urls import reverse
 
 from apps.accounts.models import Membership
 from apps.core.errors import AdapterError
-from apps.security.adapters.webhook import post_json
+from apps.core.webhooks import post_json
 from apps.slo.models import Alert, Scorecard
 
 log = logging.getLogger(__name__)

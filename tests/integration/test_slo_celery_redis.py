@@ -54,6 +54,7 @@ def webhook(settings):
     server = HTTPServer(("127.0.0.1", 0), Hook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     settings.SLO_WEBHOOK_URL = f"http://127.0.0.1:{server.server_port}/hook"
+    settings.WEBHOOK_ALLOW = ["127.0.0.1"]  # a loopback receiver: allowed by name (issue 27)
     yield Hook
     server.shutdown()
     server.server_close()

@@ -270,7 +270,7 @@ def test_an_alert_that_could_not_be_sent_is_tried_again(world, slurm, nlp, setti
     slurm.share_rows = shares({"nlp": 90 * 60.0})
     services.check_cluster(world.cluster, slurm, now=NOW)
     alert = QuotaAlert.objects.get()
-    assert alert.sent_at is None and "webhook unreachable" in alert.error
+    assert alert.sent_at is None and alert.error == "webhook: the webhook could not be delivered"
     settings.QUOTA_WEBHOOK_URL = ""
     world.users["alice"].email = "alice@example.org"
     world.users["alice"].save()

@@ -46,6 +46,7 @@ def hook(settings):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     settings.SLO_WEBHOOK_URL = f"http://127.0.0.1:{server.server_port}/hook"
+    settings.WEBHOOK_ALLOW = ["127.0.0.1"]  # a loopback receiver: allowed by name (issue 27)
     yield Hook
     server.shutdown()
     server.server_close()
