@@ -475,6 +475,21 @@ SLO_WEBHOOK_URL = env_str("SLO_WEBHOOK_URL")
 SLO_WEBHOOK_FORMAT = env_choice("SLO_WEBHOOK_FORMAT", "slack", ("slack", "mattermost"))
 SLO_WEBHOOK_TIMEOUT = env_int("SLO_WEBHOOK_TIMEOUT", 10, minimum=1)
 
+# --- Idleness (apps/analysis/idleness.py: one reading for pages, findings, alerts, digests) ---
+
+# A sample, a GPU or a job busy under this percent did no work (the efficiency split, the
+# idle alert, the idle findings and the digest all read it).
+IDLE_BELOW_PERCENT = env_int("IDLE_BELOW_PERCENT", 5, minimum=1)
+# A job busy under this percent of its run (and not idle) is "mostly idle".
+MOSTLY_IDLE_BELOW_PERCENT = env_int("MOSTLY_IDLE_BELOW_PERCENT", 15, minimum=1)
+# An idle GPU holding this much memory holds it (a bare CUDA context, a few hundred MiB,
+# does not): the efficiency split's "idle, memory held" and the memory-held alert.
+MEMORY_HELD_MIB = env_int("MEMORY_HELD_MIB", 1024, minimum=1)
+# A job idle with its memory held this percent of its run "held its memory".
+IDLE_HELD_PERCENT = env_int("IDLE_HELD_PERCENT", 50, minimum=1)
+# A job is read as idle or mostly idle only over at least this many hours of run.
+IDLE_MIN_HOURS = env_int("IDLE_MIN_HOURS", 4, minimum=0)
+
 # --- Guardrails (apps/guardrails, docs/diagnosis.md "Guardrails") ----------------------
 
 # Alerts to a job's owner while it runs: GPUs idle this long (interactive partitions wait
@@ -486,8 +501,6 @@ GUARDRAILS_IDLE_MINUTES = env_int("GUARDRAILS_IDLE_MINUTES", 60, minimum=10)
 GUARDRAILS_INTERACTIVE_IDLE_MINUTES = env_int("GUARDRAILS_INTERACTIVE_IDLE_MINUTES", 240,
                                               minimum=10)
 GUARDRAILS_INTERACTIVE_PARTITIONS = env_list("GUARDRAILS_INTERACTIVE_PARTITIONS", "interactive")
-GUARDRAILS_IDLE_BELOW_PERCENT = env_int("GUARDRAILS_IDLE_BELOW_PERCENT", 5, minimum=1)
-GUARDRAILS_MEMORY_HELD_MIB = env_int("GUARDRAILS_MEMORY_HELD_MIB", 1024, minimum=1)
 GUARDRAILS_MIN_RUN_MINUTES = env_int("GUARDRAILS_MIN_RUN_MINUTES", 30, minimum=0)
 GUARDRAILS_STALL_RULES = env_list("GUARDRAILS_STALL_RULES",
                                   "input-stall,input-stall-storage,input-stall-cpu")

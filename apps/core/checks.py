@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.checks import Error, Warning, register
 
 from apps.analysis import egress
+from apps.core.idle_rules import idle_rules
 
 
 def url_problem(url: str) -> str | None:
@@ -80,3 +81,14 @@ def check_webhook_egress(app_configs: Any = None, **kwargs: Any) -> list[Error |
                 hint="name it in BEACON_WEBHOOK_ALLOW if it is meant (docs/SECURITY.md)",
                 id="core.W003"))
     return problems
+
+
+@register()
+def check_idle_rules(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """The idleness thresholds must make one reading (idle under mostly idle, shares <= 100 %)."""
+    try:
+        idle_rules()
+    except ValueError as exc:
+        return [Error(str(exc), hint="IDLE_BELOW_PERCENT <= MOSTLY_IDLE_BELOW_PERCENT <= 100 and "
+                      "IDLE_HELD_PERCENT <= 100", id="core.E003")]
+    return []

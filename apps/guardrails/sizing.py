@@ -48,6 +48,7 @@ from apps.guardrails.notify import (
     record_simulated,
     send_notice,
 )
+from apps.jobs.idleness import idle_rules
 from apps.jobs.models import Job, JobMetrics, JobMetricSummary
 
 log = logging.getLogger(__name__)
@@ -111,12 +112,12 @@ def _advise(jobs: Iterable[Job]) -> list[JobAdvice]:
     metrics = {m.job_id: m for m in JobMetrics.objects.filter(job__in=jobs)}
     cpus = {(c, n): v for c, n, v in Node.objects.filter(
         cluster_id__in={j.cluster_id for j in jobs}).values_list("cluster_id", "name", "cpus")}
-    out = []
+    out, rules = [], idle_rules()
     for job in jobs:
         node_cpus = {n: v for (c, n), v in cpus.items() if c == job.cluster_id}
         summaries = list(job.metric_summaries.all())
         out.append(JobAdvice(job, tuple(recommend(
-            finished_job(job, metrics.get(job.pk), summaries, node_cpus)))))
+            finished_job(job, metrics.get(job.pk), summaries, node_cpus), rules))))
     return out
 
 

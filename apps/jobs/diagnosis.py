@@ -22,6 +22,8 @@ from apps.accounts.models import Contact
 from apps.analysis.diagnosis import Fact, Finding, evaluate
 from apps.analysis.health import HARDWARE_XIDS
 from apps.analysis.hostlist import expand as expand_hostlist
+from apps.analysis.idleness import facts as idleness_facts
+from apps.analysis.idleness import is_idle
 from apps.analysis.straggler_story import (
     TelemetryStraggler,
     TraceStraggler,
@@ -30,6 +32,7 @@ from apps.analysis.straggler_story import (
     rank_gpu,
 )
 from apps.clusters.models import Node
+from apps.jobs.idleness import idle_rules, job_idleness, run_hours, shares
 from apps.jobs.models import (
     DiagnosisRule,
     Job,
@@ -42,7 +45,6 @@ from apps.jobs.models import (
 
 log = logging.getLogger(__name__)
 
-IDLE_BUSY = 0.05  # a GPU busy less than this over the job was left idle
 NVLINK_LOW = 0.25  # a GPU moving under a quarter of its peers' NVLink bytes
 SLOW_ELSEWHERE_DAYS = 30
 
@@ -195,16 +197,15 @@ class _Stored:
         facts: dict[str, Fact] = {"nodes": float(job.node_count),
                                   "multi_node": float(job.node_count > 1)}
         metrics = self.metrics.get(job.pk)
-        hours = job.run_time.total_seconds() / 3600 if job.run_time is not None else None
-        measured = [s.measured_s for s in self.summaries.get(job.pk, [])]
-        if job.end_time is None and hours is not None and measured:
-            # running: the time its telemetry covers (what "busy over N hours" read)
-            hours = min(hours, max(measured) / 3600)
+        measured = metrics is not None and metrics.has_data
+        # running: the time its telemetry covers (what "busy over N hours" read)
+        hours = run_hours(job, metrics if measured else None)
         if hours is not None:
             facts["run_hours"] = hours
-        if metrics is not None and metrics.has_data:
+        if metrics is not None and measured:
             summaries = self.summaries.get(job.pk, [])
             facts.update(efficiency_facts(metrics, summaries))
+            facts.update(idleness_facts(job_idleness(job, metrics)))
             facts.update(straggler_facts(metrics))
             facts.update(health_facts(summaries))
             facts.update(_slow_elsewhere(job, summaries, [
@@ -247,12 +248,22 @@ def job_nodes(job: Job) -> list[str]:
 
 def efficiency_facts(metrics: JobMetrics,
                      summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:
-    """The job-level split and means, and which GPUs sat idle."""
+    """The job-level split and means, and which GPUs sat idle (``apps.analysis.idleness``).
+
+    Busy, computing and held idle are the stored split's shares (``idleness.shares``: what
+    the efficiency card, the job list and the alerts print), the GPUs' own when the split
+    has no hours."""
     total = sum(s.measured_s for s in summaries) or 1.0
     busy = sum((s.useful + s.waiting) * s.measured_s for s in summaries) / total
     computing = sum(s.useful * s.measured_s for s in summaries) / total
-    idle = [s for s in summaries if s.useful + s.waiting < IDLE_BUSY]
     held_idle = sum(s.held_idle * s.measured_s for s in summaries) / total
+    split = shares(metrics)
+    if split is not None:
+        hours = metrics.useful_hours + metrics.waiting_hours + metrics.held_idle_hours + \
+            metrics.no_process_hours
+        busy, held_idle, computing = split[0], split[1], metrics.useful_hours / hours
+    rules = idle_rules()
+    idle = [s for s in summaries if is_idle(s.useful + s.waiting, rules)]
     facts: dict[str, Fact] = {
         "gpus": float(len(summaries)), "sm_measured": float(metrics.measure == "sm_active"),
         "busy": busy, "computing": computing,

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from apps.core.templatetags.portal import band, duration, gpus
+from apps.jobs.presenters import list_idleness
 
 register = template.Library()
 SIM_TAG = ' <span class="tag tag-sim" title="simulated">sim</span>'
@@ -97,8 +98,11 @@ def _efficiency_cells(job: Any, url: str) -> str:
     if useful is None:
         cell = '<td class="num"><span class="muted">—</span></td>'
     else:
+        reading = list_idleness(job)
+        tag = (f' <span class="tag tag-idle" title="{_e(reading.summary)}">{_e(reading.title)}'
+               "</span>") if reading is not None and reading.flagged else ""
         cell = (f'<td class="num"><span class="band band-{band(useful)}">'
-                f"{round(useful * 100)}%</span></td>")
+                f"{round(useful * 100)}%</span>{tag}</td>")
     count = getattr(job, "finding_count", None) or 0
     if not count:
         return cell + "<td></td>"
