@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from apps.analysis.figures import share_text
+
 IDLE, MOSTLY_IDLE, IN_USE, TOO_SHORT = "idle", "mostly_idle", "in_use", "too_short"
 _EPS = 1e-6  # shares summed from hours may pass 1 by a rounding error, never by more
 
@@ -63,8 +65,8 @@ def holds_memory(mib: float, rules: IdleRules = RULES) -> bool:
 
 
 def percent(share: float) -> str:
-    """A share as every page prints it: a whole percent."""
-    return f"{share * 100:.0f}%"
+    """A share as every page prints it: a whole percent (``figures.share_text``)."""
+    return share_text(share)
 
 
 def hours(value: float) -> str:

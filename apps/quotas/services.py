@@ -426,6 +426,10 @@ class AccountUsage:
     used_hours: float
     month_hours: float
     status: qmath.QuotaStatus | None
+    # When each figure was taken (issue 26): the decayed usage is Slurm's sshare as last
+    # synced; the month's GPU-hours are counted live from the job records.
+    used_as_of: datetime | None = None
+    month_as_of: datetime | None = None
 
     @property
     def limit_minutes(self) -> int | None:
@@ -453,7 +457,8 @@ def account_usage(account: SlurmAccount, quota: Quota | None, now: datetime) -> 
     month_hours = _hours(jobs, period.start, period.end, now)
     limit = quota.gpu_minutes if quota else slurm_minutes
     status = None if limit is None else qmath.quota_status(limit / 60, used, burn, now)
-    return AccountUsage(account, quota, slurm_minutes, used, month_hours, status)
+    return AccountUsage(account, quota, slurm_minutes, used, month_hours, status,
+                        assoc.updated_at if assoc else None, now)
 
 
 def usage_for(accounts: Iterable[SlurmAccount], now: datetime | None = None) -> list[AccountUsage]:

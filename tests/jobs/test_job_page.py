@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.analysis.figures import gpu_hours_text
 from apps.analysis.timeseries import GpuKey
 from apps.jobs import archive
 from apps.jobs.models import JobMetrics
@@ -174,12 +175,12 @@ def test_a_running_jobs_header_and_charts_say_why_their_gpu_hours_differ(world, 
             window_end=metrics.window_end - timedelta(hours=3),
             allocated_gpu_hours=metrics.allocated_gpu_hours - 8 * 3)  # a snapshot 3 h old
         html = login("bob").get(_url(job)).content.decode()
-        header = f"{job.gpu_hours:.1f}"
+        header = gpu_hours_text(job.gpu_hours)  # the one way GPU-hours print (issue 26)
     assert re.search(rf"<dd>{header}\s+<span class=\"muted\">so far \(Slurm's allocation until "
                      r"now\)", html)
     note = html.split('id="hours-gap">')[1].split("</p>")[0]
-    assert f"The header's {header} GPU-hours count until now" in note
-    assert "the 24.0 GPU-hours since are not measured yet" in note
+    assert f"The header's {header} count until now" in note
+    assert "the 24.0 GPU-h since are not measured yet" in note
 
 
 def test_a_finished_jobs_header_and_charts_agree(world, login):

@@ -111,3 +111,23 @@ def test_a_job_held_by_the_quota_says_so_in_words(world, login):
     assert "(AssocGrpGRESMinutes)" in text
     assert "your team&#x27;s GPU-hour quota is used up" in text
     assert reverse("quotas-home") in text
+
+
+def test_the_quota_page_says_when_each_figure_was_taken(world, login, slurm, nlp):
+    """Issue 26: Slurm's decayed usage is as of the last sshare sync, the month's GPU-hours
+    are live; both say so, in the one way GPU-hours print."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.quotas import services
+    from tests.quotas.conftest import shares
+
+    slurm.share_rows = shares({"nlp": 1500.94 * 60})
+    services.check_cluster(world.cluster, slurm, now=timezone.now() - timedelta(hours=2))
+    quota = Quota.objects.create(account=nlp, month=timezone.now().date().replace(day=1),
+                                         gpu_minutes=1200 * 60)
+    text = login("staff").get(reverse("quotas-home")).content.decode()
+    assert quota.gpu_minutes and "1,500.9 of 1,200.0 GPU-h (Slurm's decayed" in text
+    assert "(sshare)" in text and "(live)" in text
+    assert text.count("as of ") >= 2
