@@ -14,6 +14,10 @@ Each recommendation carries its evidence and the exact ``#SBATCH`` line to use n
   slice that holds both (the GPU model's profiles below); the rest of the GPU is waste.
 - ``mem``: where the job held its nodes whole (node memory is node-shared), CPU memory
   requested at least twice the peak in use and 8 GiB more gets the peak plus a quarter.
+  Slurm's ``--mem`` is per node while its accounting (TRES ``mem``) counts the whole
+  allocation: the request is read per node (the total over the job's nodes) and the peak
+  is the busiest node's (the highest of the nodes' peaks, never their sum), so the advice
+  for a 2-node job is a per-node ``--mem`` (issue 26).
 
 Figures are GPU-hours; CPU memory is GiB and counts no GPU-hours.
 """
@@ -63,8 +67,19 @@ class FinishedJob:
     gpus: int
     gpu_type: str = ""
     used: tuple[GpuUse, ...] = ()  # measured GPUs (empty: no telemetry)
-    mem_requested_mb: int = 0
-    mem_peak_bytes: float | None = None  # only where the job held its nodes whole
+    mem_requested_mb: int = 0  # Slurm's TRES mem: the whole allocation, every node
+    nodes: int = 1
+    mem_peaks_bytes: tuple[float, ...] = ()  # each node's peak, only where held whole
+
+    @property
+    def mem_per_node_mb(self) -> float:
+        """What ``--mem`` asked for on each node."""
+        return self.mem_requested_mb / max(1, self.nodes)
+
+    @property
+    def mem_peak_bytes(self) -> float | None:
+        """The busiest node's peak: what ``--mem`` must hold on every node."""
+        return max(self.mem_peaks_bytes) if self.mem_peaks_bytes else None
 
 
 @dataclass(frozen=True)
@@ -152,17 +167,20 @@ def _mig(job: FinishedJob, rules: IdleRules) -> Recommendation | None:
 
 
 def _mem(job: FinishedJob) -> Recommendation | None:
-    if job.mem_peak_bytes is None or job.mem_requested_mb <= 0 or job.mem_peak_bytes <= 0:
+    peak = job.mem_peak_bytes
+    if peak is None or job.mem_requested_mb <= 0 or peak <= 0:
         return None
-    asked_gib = job.mem_requested_mb / 1024
-    peak_gib = job.mem_peak_bytes / GIB
+    asked_gib = job.mem_per_node_mb / 1024
+    peak_gib = peak / GIB
     if asked_gib < MEM_RATIO * peak_gib or asked_gib - peak_gib < MEM_SLACK_GIB:
         return None
     suggested = math.ceil(peak_gib * MEM_MARGIN)
+    where = (f"on the busiest of its {job.nodes} nodes" if job.nodes > 1 else "on its node")
     return Recommendation(
         "mem", f"#SBATCH --mem={suggested}G", f"--mem={asked_gib:.0f}G",
-        f"peak CPU memory in use {peak_gib:.1f} GiB of the {asked_gib:.0f} GiB asked for",
-        waste_gib=asked_gib - suggested)
+        f"peak CPU memory in use {peak_gib:.1f} GiB {where}, of the {asked_gib:.0f} GiB "
+        "asked per node",
+        waste_gib=(asked_gib - suggested) * max(1, job.nodes))
 
 
 def waste_by_kind(recommendations: Sequence[Recommendation]) -> dict[str, float]:
