@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 DEMO_DIR ?= data/demo
+# Links in alerts, digests and webhooks point where the portal is served (issue 26: they said
+# port 8000 while `PORT=8123 make demo` served on 8123). Set SITE_URL for a public address.
+SITE_URL ?= http://$(HOST):$(PORT)
 
 .PHONY: venv venv-dev demo demo-data demo-full demo-full-stop serve test lint bench fuzz screenshots
 
@@ -28,9 +31,9 @@ demo: demo-data
 	$(MAKE) --no-print-directory serve
 
 demo-data: venv
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py collectstatic --noinput -v0
-	$(PY) manage.py demo --out $(DEMO_DIR)
+	SITE_URL=$(SITE_URL) $(PY) manage.py migrate --noinput
+	SITE_URL=$(SITE_URL) $(PY) manage.py collectstatic --noinput -v0
+	SITE_URL=$(SITE_URL) $(PY) manage.py demo --out $(DEMO_DIR)
 
 ## make demo-full: the same month through the live paths (Prometheus, Redis, Celery worker/beat)
 demo-full: demo-data
@@ -41,7 +44,7 @@ demo-full-stop:
 
 serve: venv
 	@echo "Beacon on http://$(HOST):$(PORT)/  (Ctrl-C stops it)"
-	$(VENV)/bin/gunicorn portal.wsgi -b $(HOST):$(PORT) -w 2 --timeout 120 --access-logfile -
+	SITE_URL=$(SITE_URL) $(VENV)/bin/gunicorn portal.wsgi -b $(HOST):$(PORT) -w 2 --timeout 120 --access-logfile -
 
 ## make test: the whole suite (SQLite unless DATABASE_URL is set; CI sets it and CI=true),
 ## on TEST_WORKERS processes: one per shared-service lane (each Slurm release; Prometheus and Redis),

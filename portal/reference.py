@@ -43,8 +43,9 @@ NOTES: dict[str, str] = {
              "production",
     "SECRET_KEY": "Django's signing key, at least 32 characters; unset: one is generated once "
                   "into `BEACON_DATA_DIR/secret_key` (mode 0600)",
-    "SITE_URL": "the portal's public address, for links in e-mails and webhooks; an "
-                "`https://` address turns on secure cookies",
+    "SITE_URL": "the portal's public address, for links in e-mails, webhooks and digests "
+                "(`make demo` sets it to `http://HOST:PORT`); an `https://` address turns on "
+                "secure cookies",
     "ALLOWED_HOSTS": "host names the portal answers to (comma-separated)",
     "CSRF_TRUSTED_ORIGINS": "origins allowed to send forms (default: `SITE_URL`)",
     "DATABASE_URL": "`postgres://user:pass@host:port/db?opt=v` (PostgreSQL, psycopg 3) or "
