@@ -158,6 +158,10 @@ def test_without_prometheus_a_running_job_shows_its_stored_metrics_and_queues_no
         html = login("bob").get(_url(job)).content.decode()
     assert asked == [] and not TaskRun.objects.filter(status="failed").exists()
     assert 'id="no-live-source"' in html and "Live refresh needs Prometheus" in html
+    # issue 26: not "GPU efficiency · live" beside it, but what is shown
+    status = html.split('id="efficiency-status">')[1].split("</span>")[0]
+    assert "live" not in status.replace("\n", " ").split(",")[0]
+    assert "a snapshot of the running job" in status and "not refreshed" in status
     assert "most busy time was waiting" in html  # the stored archive is shown
     assert "Metrics could not be refreshed" not in html
     world.cluster.is_simulated = True
