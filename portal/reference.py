@@ -31,7 +31,9 @@ DIRECT_ROOTS = [ROOT / "apps", ROOT / "portal"]
 OUTPUT = ROOT / "docs" / "CONFIGURATION.md"
 
 READERS = {"env_str": "text", "env_bool": "boolean", "env_int": "integer", "env_list": "list",
-           "env_choice": "one of", "_required": "text, required when that sign-on is on"}
+           "env_choice": "one of",
+           "env_rate": "rate (`N/s`, `N/min`, `N/h`, `N/day`) or `off`",
+           "_required": "text, required when that sign-on is on"}
 _SECTION = re.compile(r"^#\s*---\s*(.*?)\s*-*\s*$")
 
 _WEBHOOK_TIMEOUT = "seconds a webhook request may take, connecting and answering together"

@@ -21,6 +21,7 @@ from portal.env import (
     env_choice,
     env_int,
     env_list,
+    env_rate,
     env_str,
     secret_key,
     sqlite_database,
@@ -76,6 +77,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # per-address API rate limit, before authentication (apps/core/api/throttles.py)
+    "apps.core.api.throttles.AddressThrottleMiddleware",
     # before CSRF, which parses the body to find its token: oversize trace uploads are
     # refused by Content-Length before anything is spooled (apps/jobs/middleware.py)
     "apps.jobs.middleware.TraceUploadLimitMiddleware",
@@ -504,6 +507,18 @@ GUARDRAILS_DIGEST_MIN_GPU_HOURS = env_int("GUARDRAILS_DIGEST_MIN_GPU_HOURS", 1, 
 
 # --- API -----------------------------------------------------------------------------
 
+# Rate limits (apps/core/api/throttles.py): requests per named token (or signed-in user) and
+# per client address, for the API as a whole and for the collectors' ingest endpoints; a
+# refused request is a 429 with Retry-After. Behind a proxy, set TRUSTED_PROXY_COUNT or every
+# client shares the proxy's address. One token usually serves every node's collectors: the
+# ingest budget per token is the whole cluster's, per address one node's.
+API_THROTTLE_RATES = {
+    "api_token": env_rate("API_RATE_PER_TOKEN", "600/min"),
+    "api_address": env_rate("API_RATE_PER_ADDRESS", "1200/min"),
+    "ingest_token": env_rate("INGEST_RATE_PER_TOKEN", "6000/min"),
+    "ingest_address": env_rate("INGEST_RATE_PER_ADDRESS", "120/min"),
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header turns "not signed in" into a 401
@@ -511,6 +526,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["apps.accounts.permissions.RolePermission"],
+    # per address: AddressThrottleMiddleware, which runs before authentication
+    "DEFAULT_THROTTLE_CLASSES": ["apps.core.api.throttles.CredentialThrottle"],
     "DEFAULT_FILTER_BACKENDS": [
         "apps.core.api.strict.StrictQueryParams",  # 400 for unknown or malformed parameters
         "django_filters.rest_framework.DjangoFilterBackend",
