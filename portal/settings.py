@@ -50,8 +50,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
-    "rest_framework",
-    "rest_framework.authtoken",
+    "rest_framework",  # API tokens are apps.accounts' (hashed, named): no rest_framework.authtoken
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI and ReDoc files, served as static files
@@ -522,7 +521,7 @@ API_THROTTLE_RATES = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header turns "not signed in" into a 401
-        "apps.accounts.tokens.NamedTokenAuthentication",  # named tokens, then DRF's own
+        "apps.accounts.tokens.NamedTokenAuthentication",  # named tokens, hashed (issue 27)
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["apps.accounts.permissions.RolePermission"],

@@ -103,6 +103,7 @@ class AddressThrottleMiddleware:
 def _too_many(wait: float | None) -> HttpResponse:
     refused = Throttled(wait)
     response = JsonResponse({"detail": str(refused.detail)}, status=refused.status_code)
-    if refused.wait is not None:
-        response["Retry-After"] = str(max(1, int(refused.wait)))
+    seconds = getattr(refused, "wait", None)  # rounded up by DRF, as its own header is
+    if seconds is not None:
+        response["Retry-After"] = str(max(1, int(seconds)))
     return response
