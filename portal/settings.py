@@ -71,6 +71,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "apps.core.logs.RequestIdMiddleware",  # first: every later line logs under the request's id
     "apps.core.middleware.ServerTimingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -573,11 +574,21 @@ WORKER_METRICS_ADDRESS = env_str("WORKER_METRICS_ADDRESS", "0.0.0.0")  # noqa: S
 # --- Logging -------------------------------------------------------------------------
 
 LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
+# "plain" lines for people, or "json": one object per line (time, level, logger, message,
+# request_id, task_name, task_id, exception) for a log pipeline. Either way each line names
+# the request it belongs to (X-Request-ID, echoed in the response) and, in workers, the task
+# and the request that queued it (apps/core/logs.py).
+LOG_FORMAT = env_choice("BEACON_LOG_FORMAT", "plain", ("plain", "json"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "apps.core.logs.ContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s%(context)s: %(message)s"},
+        "json": {"()": "apps.core.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
+                             "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         "beacon": {"level": LOG_LEVEL, "propagate": True},

@@ -14,7 +14,7 @@ class CoreConfig(AppConfig):
     def ready(self) -> None:
         from django.contrib.auth.signals import user_logged_in
 
-        from apps.core import checks, metrics  # noqa: F401  system checks; Celery signal receivers
+        from apps.core import checks, logs, metrics  # noqa: F401  system checks; Celery signal receivers
         from apps.core.sessions import stamp_login
 
         user_logged_in.connect(stamp_login, dispatch_uid="beacon-session-clocks")
