@@ -15,6 +15,8 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from portal.env import (
     database_from_url,
     env_bool,
@@ -570,6 +572,21 @@ METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS")
 # The Celery worker's task outcomes (0: not served). Same token and allow-list as /metrics.
 WORKER_METRICS_PORT = env_int("WORKER_METRICS_PORT", 0, minimum=0)
 WORKER_METRICS_ADDRESS = env_str("WORKER_METRICS_ADDRESS", "0.0.0.0")  # noqa: S104
+
+# --- Error reporting and traces (apps/core/observability.py, docs/DEPLOY.md) -------------
+
+# Both off unless set, and then their package must be installed (start-up says which): off,
+# neither SDK is imported. SENTRY_DSN sends errors to Sentry (no personal data), tagged with
+# the request id; the share of requests also traced there, in percent.
+SENTRY_DSN = env_str("SENTRY_DSN")
+SENTRY_ENVIRONMENT = env_str("SENTRY_ENVIRONMENT", "production")
+SENTRY_TRACES_SAMPLE_RATE = env_int("SENTRY_TRACES_PERCENT", 0, minimum=0) / 100
+if SENTRY_TRACES_SAMPLE_RATE > 1:
+    raise ImproperlyConfigured("SENTRY_TRACES_PERCENT: a percentage, at most 100")
+# OpenTelemetry traces of requests and tasks over OTLP/HTTP to this collector, e.g.
+# http://otel-collector:4318 (the exporter also reads the other OTEL_EXPORTER_OTLP_* variables).
+OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "beacon")
 
 # --- Logging -------------------------------------------------------------------------
 

@@ -19,6 +19,12 @@ class CoreConfig(AppConfig):
 
         user_logged_in.connect(stamp_login, dispatch_uid="beacon-session-clocks")
 
+        from django.conf import settings
+
+        from apps.core import observability
+
+        observability.start(settings)  # Sentry, OpenTelemetry: only when their variable is set
+
         _log_modes()
 
 
