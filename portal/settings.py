@@ -286,9 +286,45 @@ CELERY_TASK_IGNORE_RESULT = True  # run status lives in TaskRun, not a result ba
 CELERY_TASK_ACKS_LATE = True  # safe only because every task is idempotent
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
-CELERY_TASK_SOFT_TIME_LIMIT = 300
-CELERY_TASK_TIME_LIMIT = 360
+# Time limits per kind of task (seconds; issue 27): at the soft limit the task is interrupted
+# (SoftTimeLimitExceeded: its run is recorded failed); TASK_TIME_LIMIT_GRACE later the worker
+# kills the child outright. A task of no kind below gets TASK_TIME_LIMIT_DEFAULT.
+TASK_TIME_LIMIT_GRACE = env_int("TASK_TIME_LIMIT_GRACE", 60, minimum=5)
+TASK_KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
+    # Slurm reads and writes; keep it under SLURM_SYNC_CLAIM_EXPIRY (a check says so)
+    "sync": (env_int("TASK_TIME_LIMIT_SYNC", 600, minimum=30), (
+        "apps.clusters.tasks.sync_cluster", "apps.clusters.tasks.sync_queue",
+        "apps.clusters.tasks.sync_nodes", "apps.clusters.tasks.sync_shares",
+        "apps.clusters.tasks.label_jobs", "apps.quotas.tasks.check_cluster")),
+    # profiler traces collected from TRACE_ROOT: parsing multi-GB files
+    "traces": (env_int("TASK_TIME_LIMIT_TRACES", 3600, minimum=60), (
+        "apps.jobs.tasks.collect_traces", "apps.jobs.tasks.collect_all_traces")),
+    # a job's metrics archived from Prometheus
+    "archive": (env_int("TASK_TIME_LIMIT_ARCHIVE", 900, minimum=30), (
+        "apps.jobs.tasks.archive_job", "apps.jobs.tasks.archive_pending")),
+    # security detection of a cluster; keep it under SECURITY_CLAIM_EXPIRY
+    "detection": (env_int("TASK_TIME_LIMIT_DETECTION", 1500, minimum=60), (
+        "apps.security.tasks.detect_cluster",)),
+    # SLO evaluation, draft statements, guardrails: long passes over the database
+    "reports": (env_int("TASK_TIME_LIMIT_REPORTS", 1800, minimum=60), (
+        "apps.slo.tasks.evaluate_slos", "apps.chargeback.tasks.refresh_drafts",
+        "apps.chargeback.tasks.refresh_month", "apps.guardrails.tasks.check_running_jobs",
+        "apps.guardrails.tasks.send_digests")),
+}
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("TASK_TIME_LIMIT_DEFAULT", 300, minimum=10)
+CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + TASK_TIME_LIMIT_GRACE
+CELERY_TASK_ANNOTATIONS = {
+    name: {"soft_time_limit": soft, "time_limit": soft + TASK_TIME_LIMIT_GRACE}
+    for soft, names in TASK_KINDS.values() for name in names
+}
+TASK_LONGEST_SECONDS = max([CELERY_TASK_TIME_LIMIT,
+                            *(limits["time_limit"] for limits in CELERY_TASK_ANNOTATIONS.values())])
+# Redis redelivers a task not acknowledged within the visibility timeout (acks_late): keep it
+# above the longest task, or a long trace import would run twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": max(3600, TASK_LONGEST_SECONDS + 600)}
+# A worker child whose memory passes this (MB) is replaced once its task ends: trace parsing
+# and archive batches can leave a large heap behind. Prefork pools only.
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = env_int("WORKER_MAX_MEMORY_MB", 2048, minimum=64) * 1024
 CELERY_TASK_ROUTES = {
     "apps.clusters.tasks.*": {"queue": "sync"},
     "apps.*.tasks.*": {"queue": "analysis"},
