@@ -73,16 +73,19 @@ class JobFilterSet(django_filters.FilterSet):
     q = django_filters.CharFilter(method="filter_q", label="Job id or name")
     # distinct=False: a column of the job itself cannot duplicate rows, and SELECT DISTINCT
     # would sort every matching job before the LIMIT instead of reading an index in order.
-    state = django_filters.MultipleChoiceFilter(choices=Job.State.choices, distinct=False)
-    cluster = django_filters.CharFilter(field_name="cluster__name")
-    partition = django_filters.CharFilter()
+    state = django_filters.MultipleChoiceFilter(choices=Job.State.choices, distinct=False,
+                                                label="State")
+    cluster = django_filters.CharFilter(field_name="cluster__name", label="Cluster")
+    partition = django_filters.CharFilter(label="Partition")
     user = django_filters.CharFilter(field_name="user_name", label="Slurm user")
-    account = django_filters.CharFilter()
-    team = django_filters.CharFilter(field_name="team__slug")
-    submitted_after = UtcDateTimeFilter(field_name="submit_time", lookup_expr="gte")
-    submitted_before = UtcDateTimeFilter(field_name="submit_time", lookup_expr="lt")
-    min_gpus = FloatFilter(field_name="gpu_equivalent", lookup_expr="gte")
-    max_gpus = FloatFilter(field_name="gpu_equivalent", lookup_expr="lte")
+    account = django_filters.CharFilter(label="Slurm account")
+    team = django_filters.CharFilter(field_name="team__slug", label="Team")
+    submitted_after = UtcDateTimeFilter(field_name="submit_time", lookup_expr="gte",
+                                        label="Submitted after")
+    submitted_before = UtcDateTimeFilter(field_name="submit_time", lookup_expr="lt",
+                                         label="Submitted before")
+    min_gpus = FloatFilter(field_name="gpu_equivalent", lookup_expr="gte", label="Min GPUs")
+    max_gpus = FloatFilter(field_name="gpu_equivalent", lookup_expr="lte", label="Max GPUs")
     # AI-aware labels from the batch script (apps/clusters/labels.py)
     launcher = django_filters.CharFilter(field_name="labels__launcher", label="Launcher")
     framework = django_filters.CharFilter(field_name="labels__framework", label="Framework")

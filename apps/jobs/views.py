@@ -24,6 +24,7 @@ from apps.analysis.phases import TraceAnalysisError
 from apps.clusters.models import Cluster
 from apps.core.context_processors import simulated_banner
 from apps.core.errors import AdapterError
+from apps.core.filtering import filter_messages, page_filterset
 from apps.core.paging import keyset_page
 from apps.jobs import plausibility, presenters, services, traces
 from apps.jobs.filters import JobFilterSet
@@ -49,7 +50,7 @@ class JobListView(ActionRequiredMixin, TemplateView):
             jobs = jobs.filter(user=user)
         elif scope == "team":
             jobs = jobs.filter(team_id__in=led)
-        filterset = JobFilterSet(self.request.GET, queryset=jobs)
+        filterset = page_filterset(JobFilterSet, self.request.GET, queryset=jobs)
         rows = presenters.list_rows(filterset.qs, grouped)
         # the team scope reads each led team's (team, -submit_time) index on its own
         split = ("team_id", led) if scope == "team" else None
@@ -58,6 +59,7 @@ class JobListView(ActionRequiredMixin, TemplateView):
         query.pop("after", None)
         ctx.update(
             scope=scope, scopes=_scopes_for(user, led), filter=filterset, page=page,
+            filter_errors=filter_messages(filterset),
             query=query.urlencode(), grouped=grouped,
             arrays=presenters.array_summaries(page.rows) if grouped else {},
             slurm_clusters=Cluster.objects.visible_to(user).fed_by_slurm(),

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views import View
@@ -19,6 +19,7 @@ from django.views.generic import DetailView, ListView
 
 from apps.accounts.permissions import VIEW, ActionRequiredMixin
 from apps.clusters.models import Cluster
+from apps.core.filtering import filter_messages, page_filterset
 from apps.security import findings, services
 from apps.security.filters import FindingFilterSet
 from apps.security.forms import FindingActionForm
@@ -35,10 +36,10 @@ class FindingListView(ActionRequiredMixin, ListView):
     def get_queryset(self) -> QuerySet[Finding]:
         base = Finding.objects.visible_to(self.request.user) \
             .select_related("cluster", "team", "assignee")
-        params = _without_blanks(self.request.GET)
-        if not self.request.GET:
+        params = self.request.GET.copy()
+        if not params:
             params["active"] = "true"
-        self.filterset = FindingFilterSet(params, queryset=base)
+        self.filterset = page_filterset(FindingFilterSet, params, queryset=base)
         return self.filterset.qs if self.filterset.is_valid() else base.none()
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
@@ -46,20 +47,11 @@ class FindingListView(ActionRequiredMixin, ListView):
         query = self.request.GET.copy()
         query.pop("page", None)
         ctx.update(filter=self.filterset, query=query.urlencode(),
+                   filter_errors=filter_messages(self.filterset),
                    detection_problems=services.detection_problems(
                        Cluster.objects.visible_to(self.request.user).order_by("name")))
         return ctx
 
-
-def _without_blanks(query: QueryDict) -> QueryDict:
-    """The filter form sends every field, "any" as an empty value; a multiple-choice filter
-    would refuse "" (so the whole list came back empty): drop blank values instead."""
-    params = QueryDict(mutable=True)
-    for key in query:
-        values = [v for v in query.getlist(key) if v.strip()]
-        if values:
-            params.setlist(key, values)
-    return params
 
 
 class FindingDetailView(ActionRequiredMixin, DetailView):
