@@ -106,7 +106,8 @@ class JobFilterSet(django_filters.FilterSet):
         fields: list[str] = []
 
     def filter_q(self, qs: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
-        """A number matches the raw id, the array id or the display id; text matches names."""
+        """A number matches the raw id, the array id or the display id; text matches job
+        names (a substring) and Slurm user names (the whole name, as ``?user=``)."""
         value = value.strip()[:200]
         if not value:
             return qs
@@ -116,7 +117,8 @@ class JobFilterSet(django_filters.FilterSet):
             if number < 2**63:
                 return qs.filter(Q(job_id=number) | Q(array_job_id=number)
                                  | Q(het_job_id=number) | Q(display_id=value))
-        return qs.filter(name__icontains=value)
+        # user_name has an index of its own, so PostgreSQL ORs it with the trigram index
+        return qs.filter(Q(name__icontains=value) | Q(user_name=value))
 
     def filter_efficiency(self, qs: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
         """By the share of allocated GPU-hours spent computing; ``unknown``: not measured."""

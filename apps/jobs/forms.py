@@ -1,4 +1,4 @@
-"""The job list's own query parameters (scope, grouping, page cursor), read as typed values.
+"""The job list's own query parameters (scope, grouping, sort, page), read as typed values.
 The column filters are ``filters.JobFilterSet``'s. An unknown value falls back to the default,
 so a stale bookmark still opens the page."""
 
@@ -11,6 +11,7 @@ from django import forms
 from apps.core.forms import MessageForm
 
 SCOPES = ("mine", "team", "all")
+MAX_PAGE = 100_000  # 5M rows at 50 a page: past it OFFSET reads too much to answer
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,8 @@ class ListChoices:
     scope: str  # one of SCOPES
     grouped: bool  # array tasks folded into one row (not when searching)
     after: str  # the keyset cursor, as ``core.paging.keyset_page`` reads it
+    sort: str  # a column, "-" first for descending (``listing.parse_sort`` whitelists it)
+    page: int  # the page number of an order other than the default (from 1)
 
 
 class JobListForm(forms.Form):
@@ -26,6 +29,8 @@ class JobListForm(forms.Form):
     group = forms.CharField(required=False, strip=False)
     q = forms.CharField(required=False, strip=False)
     after = forms.CharField(required=False, strip=False)
+    sort = forms.CharField(required=False, max_length=40)
+    page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
     def clean_scope(self) -> str:
         scope = self.cleaned_data["scope"]
@@ -37,7 +42,8 @@ class JobListForm(forms.Form):
         data = self.cleaned_data
         return ListChoices(scope=data.get("scope", "mine"),
                            grouped=data.get("group", "") != "tasks" and not data.get("q", ""),
-                           after=data.get("after", ""))
+                           after=data.get("after", ""), sort=data.get("sort") or "",
+                           page=data.get("page") or 1)
 
 
 class AcceptImplausibleForm(MessageForm):
