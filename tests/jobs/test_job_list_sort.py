@@ -116,7 +116,8 @@ def test_numbered_pages_cover_every_job_once_despite_ties(world, login):
 def test_the_headers_sort_and_a_second_click_reverses(varied, login):
     html = login("staff").get(reverse("jobs-list"), {"scope": "all", "sort": "name",
                                                      "partition": "gpu"}).content.decode()
-    assert 'aria-sort="ascending">\n      <a href="?scope=all&amp;partition=gpu&amp;sort=-name">' in html
+    assert ('aria-sort="ascending">\n      '
+            '<a href="?scope=all&amp;partition=gpu&amp;sort=-name">') in html
     assert 'href="?scope=all&amp;partition=gpu&amp;sort=-gpus">GPUs' in html
     assert 'name="sort" value="name"' in html  # the filter form keeps the order
 
