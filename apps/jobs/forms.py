@@ -5,12 +5,19 @@ so a stale bookmark still opens the page."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django import forms
 
 from apps.core.forms import MessageForm
 
 SCOPES = ("mine", "team", "all")
+
+
+def default_scope(is_staff: bool, leads: bool) -> str:
+    """Where the list opens (issue 26): every job for an admin, the teams' jobs for a lead,
+    one's own for a researcher; each still read through ``visible_to``."""
+    return "all" if is_staff else "team" if leads else "mine"
 MAX_PAGE = 100_000  # 5M rows at 50 a page: past it OFFSET reads too much to answer
 
 
@@ -32,15 +39,19 @@ class JobListForm(forms.Form):
     sort = forms.CharField(required=False, max_length=40)
     page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
+    def __init__(self, data: Any, default_scope: str = "mine") -> None:
+        super().__init__(data)
+        self.default_scope = default_scope
+
     def clean_scope(self) -> str:
         scope = self.cleaned_data["scope"]
-        return scope if scope in SCOPES else "mine"
+        return scope if scope in SCOPES else self.default_scope
 
     def choices(self) -> ListChoices:
         """Always answers: a field that failed (a null character) takes its default."""
         self.is_valid()
         data = self.cleaned_data
-        return ListChoices(scope=data.get("scope", "mine"),
+        return ListChoices(scope=data.get("scope", self.default_scope),
                            grouped=data.get("group", "") != "tasks" and not data.get("q", ""),
                            after=data.get("after", ""), sort=data.get("sort") or "",
                            page=data.get("page") or 1)

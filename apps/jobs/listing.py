@@ -25,7 +25,7 @@ from apps.accounts.permissions import lead_team_ids
 from apps.core.filtering import page_filterset
 from apps.jobs import presenters
 from apps.jobs.filters import JobFilterSet
-from apps.jobs.forms import JobListForm, ListChoices
+from apps.jobs.forms import JobListForm, ListChoices, default_scope
 from apps.jobs.models import Job
 
 
@@ -127,7 +127,7 @@ class Listing:
 def listing(user: Any, query: QueryDict) -> Listing:
     """Scope (``visible_to`` first), filters and annotations for ``query``."""
     led = lead_team_ids(user)
-    choices = JobListForm(query).choices()
+    choices = JobListForm(query, default_scope(user.is_staff, bool(led))).choices()
     jobs = Job.objects.visible_to(user)
     if choices.scope == "mine":
         jobs = jobs.filter(user=user)
