@@ -516,6 +516,12 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
     ],
     "DEFAULT_PAGINATION_CLASS": "apps.core.api.strict.StrictCursorPagination",
+    # JSON bodies nested past a few levels are a 400 before they are decoded (issue 27)
+    "DEFAULT_PARSER_CLASSES": [
+        "apps.core.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "apps.core.api.schema.BeaconAutoSchema",
     # The browsable API runs inline scripts, which the CSP forbids: JSON only unless DEBUG.

@@ -54,6 +54,9 @@ class JobListView(ActionRequiredMixin, TemplateView):
         # the team scope reads each led team's (team, -submit_time) index on its own
         split = ("team_id", led) if scope == "team" else None
         page = keyset_page(rows, choices.after, PAGE_SIZE, "submit_time", split)
+        if page.cursor_refused:
+            messages.warning(self.request, "That page link was not one this list wrote "
+                                           "(edited or cut short?): showing the first page.")
         query = self.request.GET.copy()
         query.pop("after", None)
         ctx.update(
