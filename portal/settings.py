@@ -22,6 +22,8 @@ from portal.env import (
     env_int,
     env_list,
     env_str,
+    private_dir,
+    private_file,
     secret_key,
     sqlite_database,
 )
@@ -85,6 +87,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # --- hardening (docs/SECURITY.md): keep these together and in this order
     "csp.middleware.CSPMiddleware",
+    "apps.core.middleware.PrivateCacheMiddleware",  # signed in: Cache-Control private, no-store
+    "apps.core.middleware.BidiMarkerMiddleware",  # HTML: U+202E etc. shown as [U+202E]
     "apps.core.sessions.SessionTimeoutMiddleware",
     "apps.audit.middleware.AuditMiddleware",
     "apps.core.metrics.RequestMetricsMiddleware",
@@ -117,7 +121,9 @@ DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": database_from_url(DATABASE_URL)}
 else:
-    DATABASES = {"default": sqlite_database(DATA_DIR / "beacon.sqlite3")}
+    DATABASES = {"default": sqlite_database(private_dir(DATA_DIR) / "beacon.sqlite3")}
+if "sqlite3" in str(DATABASES["default"]["ENGINE"]):
+    private_file(Path(str(DATABASES["default"]["NAME"])))  # 0600 (apps/core/sqlite.py)
 
 # --- Auth and sessions ---------------------------------------------------------------
 

@@ -192,7 +192,8 @@ class StatementViewSet(viewsets.ReadOnlyModelViewSet):
     def csv(self, request: Request, pk: str | None = None) -> HttpResponse:
         """The statement as CSV (the same as ``manage.py chargeback --format csv``)."""
         statement = self.get_object()
-        return HttpResponse(services.export_csv([statement]), content_type="text/csv")
+        return HttpResponse(services.export_csv([statement]),
+                            content_type="text/csv; charset=utf-8")
 
 
 class ReconciliationViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
