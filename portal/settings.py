@@ -211,7 +211,10 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minim
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "apps.core.net.client_ip"
-AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# The 429 page says how long is left (apps/accounts/lockout.py), and attempts during the
+# lockout, even with the right password, do not restart it (axes' default does).
+AXES_LOCKOUT_CALLABLE = "apps.accounts.lockout.lockout_response"
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins are in the audit log already
 AXES_VERBOSE = False
 
