@@ -15,6 +15,7 @@ import schemathesis
 from django.core import signals
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from apps.accounts.models import ApiToken
 from portal.wsgi import application
@@ -49,7 +50,10 @@ def api_user(request, world):
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow, HealthCheck.filter_too_much])
 def test_api_conforms_to_its_schema(case, api_user):
-    response = case.call_and_validate()
+    # A cursor is opaque: one this API did not write is a 400 (apps/core/api/strict.py), which
+    # the schema cannot tell from a valid one. Such calls still must not fail otherwise (no 5xx).
+    opaque = {positive_data_acceptance} if "cursor" in (case.query or {}) else set()
+    response = case.call_and_validate(excluded_checks=list(opaque))
     SEEN[(api_user, response.status_code)] += 1
 
 
