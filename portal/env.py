@@ -110,6 +110,22 @@ def sqlite_database(path: Path) -> dict[str, object]:
     }
 
 
+def private_dir(path: Path) -> Path:
+    """Create ``path`` readable by its owner only (0700) when it does not exist yet: it holds
+    the secret key and the embedded database. An existing folder is left as it is (the
+    operator chose it) and ``core.W006`` names it when others can read it."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def private_file(path: Path) -> None:
+    """Create an empty ``path`` with mode 0600 if it is missing, so SQLite opens a file only
+    its owner can read (SQLite creates its database, -wal and -shm files with the default
+    0644; it gives the -wal and -shm files the mode of the database file)."""
+    if path.parent.is_dir() and not path.exists():
+        path.touch(mode=0o600)
+
+
 def secret_key(data_dir: Path) -> str:
     """SECRET_KEY from the environment, else one generated once and kept in the data folder."""
     key = env_str("SECRET_KEY")
@@ -120,7 +136,7 @@ def secret_key(data_dir: Path) -> str:
     key_file = data_dir / "secret_key"
     if key_file.exists():
         return key_file.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     key = secrets.token_urlsafe(50)
     key_file.touch(mode=0o600)
     key_file.write_text(key)

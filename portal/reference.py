@@ -38,7 +38,8 @@ _WEBHOOK_TIMEOUT = "seconds a webhook request may take, connecting and answering
 # Effects the source's comments do not give (helpers without comments, terse lines).
 NOTES: dict[str, str] = {
     "BEACON_DATA_DIR": "where the SQLite database, the generated secret key and the demo's "
-                       "folder live",
+                       "folder live (created 0700, the database 0600; `core.W006` names an "
+                       "existing one others can read)",
     "DEBUG": "Django's debug mode: error pages with tracebacks, the browsable API; never in "
              "production",
     "SECRET_KEY": "Django's signing key, at least 32 characters; unset: one is generated once "

@@ -22,6 +22,8 @@ from portal.env import (
     env_int,
     env_list,
     env_str,
+    private_dir,
+    private_file,
     secret_key,
     sqlite_database,
 )
@@ -85,6 +87,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # --- hardening (docs/SECURITY.md): keep these together and in this order
     "csp.middleware.CSPMiddleware",
+    "apps.core.middleware.PrivateCacheMiddleware",  # signed in: Cache-Control private, no-store
+    "apps.core.middleware.BidiMarkerMiddleware",  # HTML: U+202E etc. shown as [U+202E]
     "apps.core.sessions.SessionTimeoutMiddleware",
     "apps.audit.middleware.AuditMiddleware",
     "apps.core.metrics.RequestMetricsMiddleware",
@@ -117,7 +121,9 @@ DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     DATABASES = {"default": database_from_url(DATABASE_URL)}
 else:
-    DATABASES = {"default": sqlite_database(DATA_DIR / "beacon.sqlite3")}
+    DATABASES = {"default": sqlite_database(private_dir(DATA_DIR) / "beacon.sqlite3")}
+if "sqlite3" in str(DATABASES["default"]["ENGINE"]):
+    private_file(Path(str(DATABASES["default"]["NAME"])))  # 0600 (apps/core/sqlite.py)
 
 # --- Auth and sessions ---------------------------------------------------------------
 
@@ -205,7 +211,10 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minim
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "apps.core.net.client_ip"
-AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# The 429 page says how long is left (apps/accounts/lockout.py), and attempts during the
+# lockout, even with the right password, do not restart it (axes' default does).
+AXES_LOCKOUT_CALLABLE = "apps.accounts.lockout.lockout_response"
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins are in the audit log already
 AXES_VERBOSE = False
 
@@ -521,6 +530,12 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
     ],
     "DEFAULT_PAGINATION_CLASS": "apps.core.api.strict.StrictCursorPagination",
+    # JSON bodies nested past a few levels are a 400 before they are decoded (issue 27)
+    "DEFAULT_PARSER_CLASSES": [
+        "apps.core.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "apps.core.api.schema.BeaconAutoSchema",
     # The browsable API runs inline scripts, which the CSP forbids: JSON only unless DEBUG.

@@ -1,7 +1,10 @@
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import User
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
+from apps.accounts.lockout import unlock
 from apps.accounts.models import Contact, Membership, Profile, Team
 from apps.clusters.models import SlurmAccount
 
@@ -43,6 +46,17 @@ admin.site.unregister(User)
 
 @admin.register(User)
 class BeaconUserAdmin(UserAdmin):
-    """Django's user admin plus the Slurm login name (jobs relink when it changes)."""
+    """Django's user admin plus the Slurm login name (jobs relink when it changes) and the
+    action that lifts a sign-in lockout (audited; ``manage.py unlock_sign_in`` does the same
+    without signing in)."""
 
     inlines = [*UserAdmin.inlines, ProfileInline]
+    actions = ["unlock_sign_in"]
+
+    @admin.action(description="Lift sign-in lockouts of the selected users",
+                  permissions=["change"])
+    def unlock_sign_in(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
+        removed = sum(unlock(user.username, via="admin action", request=request,
+                             actor=request.user) for user in queryset)
+        self.message_user(request, f"Sign-in unlocked for {queryset.count()} user(s): "
+                                   f"{removed} failed-attempt record(s) removed.")

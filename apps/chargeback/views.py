@@ -154,7 +154,8 @@ def _visible_statement(request: HttpRequest, pk: int) -> Statement:
 
 def _export(statements: Sequence[Statement], fmt: str, name: str) -> HttpResponse:
     if fmt == "csv":
-        response = HttpResponse(services.export_csv(statements), content_type="text/csv")
+        response = HttpResponse(services.export_csv(statements),
+                                content_type="text/csv; charset=utf-8")
     else:
         response = HttpResponse(services.export_json(statements),
                                 content_type="application/json")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -80,3 +81,18 @@ def check_webhook_egress(app_configs: Any = None, **kwargs: Any) -> list[Error |
                 hint="name it in BEACON_WEBHOOK_ALLOW if it is meant (docs/SECURITY.md)",
                 id="core.W003"))
     return problems
+
+
+@register()
+def check_data_dir(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """BEACON_DATA_DIR holds the secret key and the embedded database. Beacon creates it
+    0700; one that was there before (an older checkout, a volume) may let others in."""
+    try:
+        mode = stat.S_IMODE(settings.DATA_DIR.stat().st_mode)
+    except OSError:
+        return []  # not created: PostgreSQL and SECRET_KEY in the environment need none
+    if not mode & 0o077:
+        return []
+    return [Warning(f"the data folder {settings.DATA_DIR} is readable by other local users "
+                    f"(mode {mode:04o}): it holds the secret key and the SQLite database",
+                    hint=f"chmod 700 {settings.DATA_DIR}", id="core.W006")]

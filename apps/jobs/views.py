@@ -54,6 +54,9 @@ class JobListView(ActionRequiredMixin, TemplateView):
             page: Any = keyset_page(listed.rows, choices.after, PAGE_SIZE, "submit_time", split)
         else:
             page = listing.numbered_page(listed.rows, sort, choices.page, PAGE_SIZE)
+        if getattr(page, "cursor_refused", False):
+            messages.warning(self.request, "That page link was not one this list wrote "
+                                           "(edited or cut short?): showing the first page.")
         query = _without(self.request.GET, "after", "page")
         ctx.update(
             scope=choices.scope, scopes=_scopes_for(user, listed.led), filter=listed.filterset,

@@ -164,7 +164,8 @@ class TeamScorecardExportView(ActionRequiredMixin, View):
         team, cards = _team_cards(request, slug)
         for card in cards:
             card.worst_jobs = card.shown_worst
-        response = HttpResponse(services.export_csv(cards), content_type="text/csv")
+        response = HttpResponse(services.export_csv(cards),
+                                content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="slo-{team.slug}.csv"'
         return response
 

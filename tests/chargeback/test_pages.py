@@ -77,7 +77,8 @@ def test_the_statement_page_and_its_exports(drafts, login):
     page = login("alice").get(reverse("chargeback-statement", args=[nlp.pk]))
     assert [ln.user_name for ln in page.context["usage_lines"]] == ["alice", "bob", "tom"]
     response = login("alice").get(reverse("chargeback-statement-export", args=[nlp.pk, "csv"]))
-    assert response["Content-Type"] == "text/csv"
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert "no-store" in response["Cache-Control"]  # an export is private (issue 27)
     assert 'filename="chargeback-nlp-2026-11.csv"' in response["Content-Disposition"]
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
     assert {r["user"] for r in rows} == {"alice", "bob", "tom"}

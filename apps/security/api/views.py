@@ -12,12 +12,12 @@ from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.exceptions import PermissionDenied as ApiPermissionDenied
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.accounts.permissions import ADMIN, VIEW
 from apps.clusters.models import Cluster
+from apps.core.api.parsers import BoundedJSONParser
 from apps.core.api.strict import StrictCursorPagination
 from apps.security import findings, ingest
 from apps.security.api.serializers import (
@@ -103,7 +103,7 @@ class SecurityIngestViewSet(viewsets.GenericViewSet):
     write_action = ADMIN
     filter_backends: list[Any] = []
     pagination_class = None
-    parser_classes = [JSONParser]  # JSON documents only (the schema says so too)
+    parser_classes = [BoundedJSONParser]  # JSON documents only (the schema says so too)
 
     @extend_schema(request=SshdIngestSerializer, responses={201: IngestResultSerializer})
     @action(detail=False, methods=["post"], serializer_class=SshdIngestSerializer)

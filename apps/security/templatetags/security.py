@@ -47,7 +47,7 @@ def is_mapping(value: Any) -> bool:
 @register.filter
 def evidence_value(value: Any) -> str:
     """Evidence values as text: lists joined, None as a dash, floats rounded, objects as
-    compact JSON (templates escape the result)."""
+    compact JSON (templates escape the result, and ``long_text`` cuts a long one)."""
     if value is None or value == "":
         return "—"
     if isinstance(value, bool):
@@ -57,8 +57,8 @@ def evidence_value(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(evidence_value(v) for v in value) or "—"
     if isinstance(value, Mapping):
-        return json.dumps(value, sort_keys=True, default=str)[:500]
-    return str(value)[:500]
+        return json.dumps(value, sort_keys=True, default=str)
+    return str(value)
 
 
 # --- Evidence as tables -----------------------------------------------------------------------
