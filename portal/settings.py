@@ -462,6 +462,11 @@ SECURITY_WEBHOOK_TIMEOUT = env_int("SECURITY_WEBHOOK_TIMEOUT", 10, minimum=1)
 # Security notifications go out only to SECURITY_NOTIFY_EMAILS, through the one e-mail
 # configuration above (EMAIL_*).
 
+# Who besides platform admins may resolve a high or critical finding, or suppress any:
+# "lead" (the leads of the finding's team, never for a finding about their own job), or
+# "none" (admins only). Whoever sees a finding may comment on and acknowledge it.
+SECURITY_CLOSE_ROLE = env_choice("SECURITY_CLOSE_ROLE", "none", ("none", "lead"))
+
 # Ingest API: lines (sshd) or documents (inventory, probes) per request.
 SECURITY_INGEST_MAX_ITEMS = env_int("SECURITY_INGEST_MAX_ITEMS", 10000, minimum=1)
 # The active probe of exposed services is off unless a site opts in (docs/security-rules.md).

@@ -163,6 +163,8 @@ class Job(models.Model):
             models.Index(fields=["team", "state", "-submit_time", "-id"],
                          name="job_team_state_submit"),
             models.Index(fields=["-submit_time", "-id"], name="job_submit"),
+            # a user's jobs by Slurm name (``?user=``, the search box), whoever sees them
+            models.Index(fields=["user_name", "-submit_time", "-id"], name="job_username_submit"),
             models.Index(fields=["cluster", "array_job_id"], name="job_array"),
             models.Index(fields=["cluster", "state"], name="job_state"),
             # the few flagged records (issue 25): the admins' list and count read only these

@@ -65,7 +65,9 @@ class FindingViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"], filter_backends=[], pagination_class=None,
             write_action=VIEW)
     def transition(self, request: Request, pk: str | None = None) -> Response:
-        """Acknowledge or resolve (whoever sees it); suppress, reopen or assign (admins)."""
+        """Comment or acknowledge (whoever sees it); resolve (a high or critical finding:
+        admins or the site's close role, never its subject); suppress (the same);
+        reopen or assign (admins). Every action is in the audit log."""
         finding = self.get_object()
         body = TransitionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
