@@ -62,7 +62,10 @@ def test_api_conforms_to_its_schema(case, api_user):
     SEEN[(api_user, response.status_code)] += 1
 
 
-
+# A database test like the fuzz tests above: pytest-django runs database-free tests after
+# every database test, and `make test` may hand those later tests to another worker, where
+# SEEN is empty (tests/xdist_lanes.py). With the mark it stays in the same run of the module.
+@pytest.mark.django_db
 def test_the_fuzzing_reached_the_api_signed_in():
     """Guard against a green run that only ever saw 401s (a wrong or missing token)."""
     if not SEEN:
