@@ -176,7 +176,7 @@ def _csv_row(job: Job) -> tuple[Any, ...]:
     useful = getattr(job, "useful", None)
     wait, run = job.queue_wait, job.run_time
     return (job.display_id, job.cluster.name, job.name, job.user_name,
-            job.team.slug if job.team_id else "", job.account, job.partition, job.state,
+            job.team.slug if job.team is not None else "", job.account, job.partition, job.state,
             f"{job.gpu_equivalent:g}", "" if useful is None else round(useful * 100, 1),
             getattr(job, "finding_count", None) or 0,
             job.submit_time.astimezone(UTC).isoformat(timespec="seconds"),

@@ -7,7 +7,14 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    QueryDict,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views import View
@@ -68,7 +75,7 @@ class JobExportView(ActionRequiredMixin, View):
     """The job list as CSV: the same scope, filters and order as the page, every page of it
     (up to ``EXPORT_MAX_ROWS``; a last line says when the list was cut there)."""
 
-    def get(self, request: HttpRequest) -> HttpResponse:
+    def get(self, request: HttpRequest) -> StreamingHttpResponse:
         listed = listing.listing(signed_in(request), request.GET)
         jobs = listed.rows.order_by(*listed.sort.order_by())
         return csv_response("jobs.csv", listing.CSV_HEADER,
@@ -122,6 +129,7 @@ class JobDetailView(ActionRequiredMixin, DetailView):
         )
         ctx.update(_metrics_card(job))
         ctx.update(presenters.ending_card(job))
+        ctx["requested"] = presenters.requested(job)
         ctx.update(presenters.traces_panel(job))
         presenters.link_stragglers(ctx)
         ctx["upload_limit_mb"] = settings.TRACE_UPLOAD_MAX_MB

@@ -237,7 +237,7 @@ def _holds_close_role(actor: Any, finding: Finding) -> bool:
     role = _close_role()
     if not role or actor.pk in _subjects(finding):
         return False
-    teams = {finding.team_id, finding.job.team_id if finding.job else None} - {None}
+    teams = _ids(finding.team_id, finding.job.team_id if finding.job else None)
     return Membership.objects.filter(user=actor, role=role, team_id__in=teams).exists()
 
 
@@ -249,7 +249,11 @@ def _close_role() -> str:
 
 def _subjects(finding: Finding) -> set[int]:
     """The users a finding is about: the one it names and the owner of its job."""
-    return {finding.user_id, finding.job.user_id if finding.job else None} - {None}
+    return _ids(finding.user_id, finding.job.user_id if finding.job else None)
+
+
+def _ids(*ids: int | None) -> set[int]:
+    return {i for i in ids if i is not None}
 
 
 def allowed_actions(finding: Finding, actor: Any) -> list[str]:

@@ -20,7 +20,7 @@ from apps.jobs.forms import JobListForm, ListChoices
     ("after=2026-11-20T12:00:00%2B00:00_42",
      ListChoices("mine", True, "2026-11-20T12:00:00+00:00_42", "", 1)),
     ("scope=team&after=%00", ListChoices("team", True, "", "", 1)),  # a null character: the default
-    ("scope=all&scope=team", ListChoices("team", True, "", "", 1)),  # the last one, as GET.get reads it
+    ("scope=all&scope=team", ListChoices("team", True, "", "", 1)),  # the last, as GET.get
     ("sort=-gpu_hours&page=3", ListChoices("mine", True, "", "-gpu_hours", 3)),
     ("page=0", ListChoices("mine", True, "", "", 1)),  # out of range: the first page
 ])

@@ -129,6 +129,14 @@ class Job(models.Model):
         help_text="Where the GPU count came from: accounting (allocated TRES) or, where "
                   "accounting does not track gres/gpu, the job's request (tres_per_job, "
                   "tres_per_node, tres_per_task, gpus_per_node) or gres_detail")
+    # What the job asked for (issue 26): a pending job holds nothing yet, so its page shows
+    # this. From Slurm's request fields (``adapters/slurm/requested.py``); null: not said.
+    req_gpus = models.IntegerField(null=True, blank=True, help_text="GPUs asked for")
+    req_cpus = models.IntegerField(null=True, blank=True, help_text="CPUs asked for")
+    req_memory_mb = models.BigIntegerField(
+        null=True, blank=True, help_text="Memory asked for, the whole job's (MB)")
+    req_nodes = models.IntegerField(null=True, blank=True, help_text="Nodes asked for")
+    tres_req = models.TextField(blank=True, help_text="Requested TRES as Slurm prints them")
     # Plausibility at the door (issue 25): a record Slurm should never have produced (more
     # GPUs than the cluster has, an end before its start, times centuries away) is stored,
     # with the reasons, and kept out of chargeback and SLOs until an admin accepts it.
