@@ -8,6 +8,7 @@ contents of that file, for secrets kept out of the environment.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -69,6 +70,22 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+_RATE = re.compile(r"^(\d+)/(s|sec|second|m|min|minute|h|hour|d|day)$")
+
+
+def env_rate(name: str, default: str) -> str | None:
+    """Read a request rate as DRF's throttles take it (``600/min``, ``10/s``, ``5000/day``);
+    ``off`` turns that limit off (None)."""
+    value = env_str(name, default).strip().lower()
+    if value == "off":
+        return None
+    match = _RATE.match(value)
+    if not match or int(match[1]) < 1:
+        raise ImproperlyConfigured(
+            f"{name}={value!r}: expected requests per period, e.g. 600/min, 10/s, 5000/day, or off")
+    return value
+
+
 def database_from_url(url: str) -> dict[str, object]:
     """Turn ``postgres://user:pass@host:port/db?opt=v`` or ``sqlite:///path`` into DATABASES."""
     parts = urlsplit(url)
@@ -110,6 +127,22 @@ def sqlite_database(path: Path) -> dict[str, object]:
     }
 
 
+def private_dir(path: Path) -> Path:
+    """Create ``path`` readable by its owner only (0700) when it does not exist yet: it holds
+    the secret key and the embedded database. An existing folder is left as it is (the
+    operator chose it) and ``core.W006`` names it when others can read it."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def private_file(path: Path) -> None:
+    """Create an empty ``path`` with mode 0600 if it is missing, so SQLite opens a file only
+    its owner can read (SQLite creates its database, -wal and -shm files with the default
+    0644; it gives the -wal and -shm files the mode of the database file)."""
+    if path.parent.is_dir() and not path.exists():
+        path.touch(mode=0o600)
+
+
 def secret_key(data_dir: Path) -> str:
     """SECRET_KEY from the environment, else one generated once and kept in the data folder."""
     key = env_str("SECRET_KEY")
@@ -120,7 +153,7 @@ def secret_key(data_dir: Path) -> str:
     key_file = data_dir / "secret_key"
     if key_file.exists():
         return key_file.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(data_dir)
     key = secrets.token_urlsafe(50)
     key_file.touch(mode=0o600)
     key_file.write_text(key)

@@ -31,18 +31,23 @@ DIRECT_ROOTS = [ROOT / "apps", ROOT / "portal"]
 OUTPUT = ROOT / "docs" / "CONFIGURATION.md"
 
 READERS = {"env_str": "text", "env_bool": "boolean", "env_int": "integer", "env_list": "list",
-           "env_choice": "one of", "_required": "text, required when that sign-on is on"}
+           "env_choice": "one of",
+           "env_rate": "rate (`N/s`, `N/min`, `N/h`, `N/day`) or `off`",
+           "_required": "text, required when that sign-on is on"}
 _SECTION = re.compile(r"^#\s*---\s*(.*?)\s*-*\s*$")
 
 _WEBHOOK_TIMEOUT = "seconds a webhook request may take, connecting and answering together"
 # Effects the source's comments do not give (helpers without comments, terse lines).
 NOTES: dict[str, str] = {
     "BEACON_DATA_DIR": "where the SQLite database, the generated secret key and the demo's "
-                       "folder live",
+                       "folder live (created 0700, the database 0600; `core.W006` names an "
+                       "existing one others can read)",
     "DEBUG": "Django's debug mode: error pages with tracebacks, the browsable API; never in "
              "production",
     "SECRET_KEY": "Django's signing key, at least 32 characters; unset: one is generated once "
                   "into `BEACON_DATA_DIR/secret_key` (mode 0600)",
+    "DEMO_T0": "set by the Makefile, not by hand: when `make demo` started (epoch seconds), so "
+               "the demo's steps and \"ready in N s\" count from there, install included",
     "SITE_URL": "the portal's public address, for links in e-mails, webhooks and digests "
                 "(`make demo` sets it to `http://HOST:PORT`); an `https://` address turns on "
                 "secure cookies",

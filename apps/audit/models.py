@@ -35,6 +35,8 @@ class AuditEvent(models.Model):
         GUARDRAIL = "guardrail", "Idle-job policy"
         TOKEN = "api_token", "API token"
         WEBHOOK = "webhook", "Webhook to an allow-listed internal address"
+        FINDING = "finding", "Security finding"
+        UNLOCK = "unlock", "Sign-in lock lifted"
 
     at = models.DateTimeField(default=timezone.now, db_index=True)
     action = models.CharField(max_length=16, choices=Action.choices, db_index=True)

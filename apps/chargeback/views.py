@@ -14,8 +14,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views import View
@@ -51,14 +51,34 @@ def _nav(month: date) -> dict[str, str]:
             "next_month": f"{nxt:%Y-%m}"}
 
 
-class ChargebackHomeView(ActionRequiredMixin, TemplateView):
+class MonthPageView(ActionRequiredMixin, TemplateView):
+    """A page of one month (``?month=YYYY-MM``, this month when absent). A month it cannot
+    read ("2026-13") is a 400 that shows the month form with the error and what was typed,
+    rather than a 404 page that loses the input (issue 26)."""
+
+    page_title = ""
+    month: date
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        typed = request.GET.get("month", "")
+        form = MonthForm({"month": typed})
+        if (error := form.month_error()) is not None:
+            return render(request, "chargeback/month_refused.html", status=400, context={
+                "page_title": self.page_title, "month_error": error, "month_input": typed[:40],
+                "this_month": f"{services.current_month():%Y-%m}"})
+        self.month = form.cleaned_data["month"]
+        return super().get(request, *args, **kwargs)
+
+
+class ChargebackHomeView(MonthPageView):
     """A month's statements the user may see, the teams' waste split, and admin tools."""
 
     template_name = "chargeback/home.html"
+    page_title = "Chargeback"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        month = _month(self.request)
+        month = self.month
         services.request_refresh(month)  # drafts follow the month without a beat (issue 19)
         statements = services.statements_of(month,
                                             Statement.objects.visible_to(self.request.user))
@@ -84,15 +104,16 @@ def _split_figure(statements: Sequence[Statement]) -> dict[str, Any] | None:
     return charts.team_split(rows) if rows else None
 
 
-class MyUsageView(ActionRequiredMixin, TemplateView):
+class MyUsageView(MonthPageView):
     """A researcher's own month: hours by what they were spent on, and what they would cost
     charged at useful hours only."""
 
     template_name = "chargeback/my_usage.html"
+    page_title = "My GPU usage"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        month = _month(self.request)
+        month = self.month
         ctx.update(_nav(month), usage=services.user_usage(self.request.user, month),
                    currency=settings.CHARGEBACK_CURRENCY)
         return ctx
@@ -133,7 +154,8 @@ def _visible_statement(request: HttpRequest, pk: int) -> Statement:
 
 def _export(statements: Sequence[Statement], fmt: str, name: str) -> HttpResponse:
     if fmt == "csv":
-        response = HttpResponse(services.export_csv(statements), content_type="text/csv")
+        response = HttpResponse(services.export_csv(statements),
+                                content_type="text/csv; charset=utf-8")
     else:
         response = HttpResponse(services.export_json(statements),
                                 content_type="application/json")
@@ -156,7 +178,8 @@ class MonthExportView(ActionRequiredMixin, View):
         try:
             day = services.parse_month(month)
         except services.ChargebackError as exc:
-            raise Http404(str(exc)) from None
+            # a typo in a download link: say so plainly (400), as the month pages do
+            return HttpResponseBadRequest(f"{exc}\n", content_type="text/plain; charset=utf-8")
         statements = services.statements_of(day, Statement.objects.visible_to(request.user))
         return _export(list(statements), fmt, f"chargeback-{month}")
 

@@ -44,6 +44,7 @@ from apps.clusters.adapters.slurm import (
 )
 from apps.clusters.adapters.slurm import parse as slurm_parse
 from apps.clusters.adapters.slurm.gpu_requests import rank as gpu_rank
+from apps.clusters.live_fields import INT_MAX, REQUESTED, requested_values
 from apps.clusters.models import Cluster, SlurmAccount
 from apps.clusters.upsert import existing_rows, refresh_statistics, upsert_jobs
 from apps.core.batch import fewer_collections, forked
@@ -55,7 +56,6 @@ logger = logging.getLogger(__name__)
 ANALYZE_AFTER = 5000  # rows created by one import before the table statistics are refreshed
 MAX_REPORTED = 200  # error and warning lines kept in a result (the counts stay exact)
 ExitFixer = Callable[[list[int]], Mapping[int, ExitStatus]]
-INT_MAX = 2**31 - 1  # an IntegerField's largest value in PostgreSQL
 # Counts an implausible record may claim beyond what their columns hold (10^12 GPUs): stored
 # clamped, the claim itself kept in the reasons and in ``tres_alloc``
 CLAMPED = ("gpus", "gpu_shards", "cpus", "node_count")
@@ -67,7 +67,7 @@ SYNCED_FIELDS = [
     "work_dir", "comment", "state", "wait_reason", "exit_code", "exit_signal", "submit_time",
     "eligible_time", "start_time", "end_time", "time_limit_min", "nodes", "node_count",
     "cpus", "memory_mb", "mem_peak_mb", "gpus", "gpu_shards", "gpu_equivalent", "gpu_types",
-    "tres_alloc", "gpu_source",
+    "tres_alloc", "gpu_source", *REQUESTED,
 ]
 _CLAIMED = [f.name for f in fields(plausibility.Claim)]  # what the plausibility check reads
 _DIGESTED = [f.attname for f in Job._meta.concrete_fields if f.name in SYNCED_FIELDS]
@@ -304,7 +304,7 @@ class JobImporter:
             "gpu_shards": job.gpu_shards,
             "gpu_equivalent": gpu_equivalent + job.gpu_shards / self.shards_per_gpu,
             "gpu_types": gpu_types, "tres_alloc": job.tres_alloc,
-            "gpu_source": job.gpu_source,
+            "gpu_source": job.gpu_source, **requested_values(job.requested),
         }
         if old is not None and old.gpus and old.gpu_source != GpuSource.ACCOUNTING \
                 and gpu_rank(old.gpu_source) > gpu_rank(job.gpu_source):

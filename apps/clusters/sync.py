@@ -36,6 +36,7 @@ from apps.clusters.adapters.slurm import (
 )
 from apps.clusters.adapters.slurm.parse_gpus import parse_gpu_map_log
 from apps.clusters.importer import ImportResult, JobImporter
+from apps.clusters.live_fields import apply_live_fields
 from apps.clusters.models import Cluster, Node, Partition, SlurmAssociation
 from apps.core.broker import publish_on_commit
 from apps.core.errors import AdapterError, TransientAdapterError
@@ -261,7 +262,7 @@ def sync_queue(cluster: Cluster, client: SlurmClient | None = None) -> QueueResu
         entries = client.queue()
         result = QueueResult(queued=len(entries))
         known = _import_unknown(cluster, client, entries, result)
-        result.updated = _apply_live_fields(cluster, entries, known)
+        result.updated = apply_live_fields(cluster, entries, known)
         result.gpus_from_slurmctld = gpu_counts.apply_slurmctld_gpus(cluster, entries)
         try:
             bindings = client.gpu_bindings()
@@ -305,20 +306,6 @@ def _import_unknown(cluster: Cluster, client: SlurmClient, entries: list[QueueEn
     return known
 
 
-def _apply_live_fields(cluster: Cluster, entries: list[QueueEntry], known: set[int]) -> int:
-    """Write reason/estimated start where they changed (bulk, one UPDATE per batch)."""
-    live = {e.job_id: e for e in entries if e.job_id in known}
-    rows = Job.objects.filter(cluster=cluster, job_id__in=list(live)).only(
-        "pk", "job_id", "reason", "estimated_start")
-    changed = []
-    for row in rows:
-        entry = live[row.job_id]
-        reason = entry.reason[:200] if entry.state == "PENDING" else ""
-        if (row.reason, row.estimated_start) != (reason, entry.estimated_start):
-            row.reason, row.estimated_start = reason, entry.estimated_start
-            changed.append(row)
-    Job.objects.bulk_update(changed, ["reason", "estimated_start"], batch_size=500)
-    return len(changed)
 
 
 def sync_gpu_bindings(cluster: Cluster, bindings: Iterable[GpuBinding],

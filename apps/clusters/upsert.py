@@ -25,8 +25,8 @@ COLUMNS = [
     "account", "team_id", "partition", "qos", "work_dir", "comment", "state", "wait_reason",
     "exit_code", "exit_signal", "submit_time", "eligible_time", "start_time", "end_time",
     "time_limit_min", "nodes", "node_count", "cpus", "memory_mb", "mem_peak_mb", "gpus",
-    "gpu_shards", "gpu_equivalent", "gpu_types", "tres_alloc", "gpu_source", "sync_hash",
-    "implausible",
+    "gpu_shards", "gpu_equivalent", "gpu_types", "tres_alloc", "gpu_source", "req_gpus",
+    "req_cpus", "req_memory_mb", "req_nodes", "tres_req", "sync_hash", "implausible",
     "implausible_accepted_at", "implausible_accepted_by_id",
 ]
 _KEY = ("cluster_id", "job_id")

@@ -11,7 +11,7 @@ import base64
 import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
@@ -23,6 +23,7 @@ class Page:
     rows: list[Any]
     next_cursor: str | None
     has_previous: bool
+    cursor_refused: bool = False  # a cursor was given but was not one we wrote: first page
 
 
 def encode_cursor(when: datetime, pk: int) -> str:
@@ -31,15 +32,23 @@ def encode_cursor(when: datetime, pk: int) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, int] | None:
-    """Return (time, id), or None for a missing or malformed cursor (start over)."""
+    """Return (time, id), or None for a missing or malformed cursor (start over).
+
+    Only what ``encode_cursor`` writes passes: an aware time that stays within the calendar
+    in UTC and a positive 64-bit id. Anything else (a naive time, 9999-12-31T23:59-23:59, an
+    id past 2**63) would reach the database and fail there."""
     if not cursor:
         return None
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        when, pk = raw.rsplit("|", 1)
-        return datetime.fromisoformat(when), int(pk)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+        text, pk_text = raw.rsplit("|", 1)
+        when, pk = datetime.fromisoformat(text), int(pk_text)
+        if when.tzinfo is None or not 0 < pk < 2**63:
+            return None
+        when.astimezone(UTC)
+    except (ValueError, binascii.Error, UnicodeDecodeError, OverflowError):
         return None
+    return when, pk
 
 
 def keyset_page(qs: QuerySet[Any], cursor: str, size: int, time_field: str,
@@ -65,7 +74,8 @@ def keyset_page(qs: QuerySet[Any], cursor: str, size: int, time_field: str,
     more = len(rows) > size
     rows = rows[:size]
     next_cursor = encode_cursor(getattr(rows[-1], time_field), rows[-1].pk) if more else None
-    return Page(rows=rows, next_cursor=next_cursor, has_previous=after is not None)
+    return Page(rows=rows, next_cursor=next_cursor, has_previous=after is not None,
+                cursor_refused=bool(cursor) and after is None)
 
 
 def _split_ids(qs: QuerySet[Any], order: tuple[str, ...], limit: int, field: str,

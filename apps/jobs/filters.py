@@ -73,16 +73,19 @@ class JobFilterSet(django_filters.FilterSet):
     q = django_filters.CharFilter(method="filter_q", label="Job id or name")
     # distinct=False: a column of the job itself cannot duplicate rows, and SELECT DISTINCT
     # would sort every matching job before the LIMIT instead of reading an index in order.
-    state = django_filters.MultipleChoiceFilter(choices=Job.State.choices, distinct=False)
-    cluster = django_filters.CharFilter(field_name="cluster__name")
-    partition = django_filters.CharFilter()
+    state = django_filters.MultipleChoiceFilter(choices=Job.State.choices, distinct=False,
+                                                label="State")
+    cluster = django_filters.CharFilter(field_name="cluster__name", label="Cluster")
+    partition = django_filters.CharFilter(label="Partition")
     user = django_filters.CharFilter(field_name="user_name", label="Slurm user")
-    account = django_filters.CharFilter()
-    team = django_filters.CharFilter(field_name="team__slug")
-    submitted_after = UtcDateTimeFilter(field_name="submit_time", lookup_expr="gte")
-    submitted_before = UtcDateTimeFilter(field_name="submit_time", lookup_expr="lt")
-    min_gpus = FloatFilter(field_name="gpu_equivalent", lookup_expr="gte")
-    max_gpus = FloatFilter(field_name="gpu_equivalent", lookup_expr="lte")
+    account = django_filters.CharFilter(label="Slurm account")
+    team = django_filters.CharFilter(field_name="team__slug", label="Team")
+    submitted_after = UtcDateTimeFilter(field_name="submit_time", lookup_expr="gte",
+                                        label="Submitted after")
+    submitted_before = UtcDateTimeFilter(field_name="submit_time", lookup_expr="lt",
+                                         label="Submitted before")
+    min_gpus = FloatFilter(field_name="gpu_equivalent", lookup_expr="gte", label="Min GPUs")
+    max_gpus = FloatFilter(field_name="gpu_equivalent", lookup_expr="lte", label="Max GPUs")
     # AI-aware labels from the batch script (apps/clusters/labels.py)
     launcher = django_filters.CharFilter(field_name="labels__launcher", label="Launcher")
     framework = django_filters.CharFilter(field_name="labels__framework", label="Framework")
@@ -103,7 +106,8 @@ class JobFilterSet(django_filters.FilterSet):
         fields: list[str] = []
 
     def filter_q(self, qs: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
-        """A number matches the raw id, the array id or the display id; text matches names."""
+        """A number matches the raw id, the array id or the display id; text matches job
+        names (a substring) and Slurm user names (the whole name, as ``?user=``)."""
         value = value.strip()[:200]
         if not value:
             return qs
@@ -113,7 +117,8 @@ class JobFilterSet(django_filters.FilterSet):
             if number < 2**63:
                 return qs.filter(Q(job_id=number) | Q(array_job_id=number)
                                  | Q(het_job_id=number) | Q(display_id=value))
-        return qs.filter(name__icontains=value)
+        # user_name has an index of its own, so PostgreSQL ORs it with the trigram index
+        return qs.filter(Q(name__icontains=value) | Q(user_name=value))
 
     def filter_efficiency(self, qs: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
         """By the share of allocated GPU-hours spent computing; ``unknown``: not measured."""

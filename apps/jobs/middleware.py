@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.conf import settings
+from django.core.exceptions import TooManyFilesSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.urls import Resolver404, resolve, reverse
+from django.urls import Resolver404, ResolverMatch, resolve, reverse
 
 from apps.jobs import traces
 
@@ -24,14 +26,15 @@ UPLOAD_ROUTES = frozenset({"jobs-traces", "api:job-traces"})
 
 
 class TraceUploadLimitMiddleware:
-    """413 for a POST to a trace upload route whose body is over ``TRACE_UPLOAD_MAX_MB``."""
+    """413 for a POST to a trace upload route whose body is over ``TRACE_UPLOAD_MAX_MB``; 400
+    with the reason for one of more than ``TRACE_UPLOAD_MAX_FILES`` files."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.method == "POST":
-            refusal = _refusal(request)
+            refusal = _refusal(request) or _too_many_files(request)
             if refusal is not None:
                 return refusal
         return self.get_response(request)
@@ -41,15 +44,44 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
     try:
         traces.check_upload_size(request.META.get("CONTENT_LENGTH"))
     except traces.UploadRefused as exc:
-        try:  # resolved only for bodies over the limit: other requests pay nothing
-            match = resolve(request.path_info)
-        except Resolver404:
-            return None
-        if match.view_name not in UPLOAD_ROUTES:
-            return None
-        if match.view_name.startswith("api:"):
-            return JsonResponse({"detail": str(exc)}, status=exc.status)
-        page = reverse("jobs-detail", kwargs=match.kwargs) + "#phases"
-        return render(request, "jobs/upload_refused.html",
-                      {"message": str(exc), "job_page": page}, status=exc.status)
+        # resolved only for bodies over the limit: other requests pay nothing
+        match = _upload_route(request)
+        return None if match is None else _refused(request, match, exc)
     return None
+
+
+def _too_many_files(request: HttpRequest) -> HttpResponse | None:
+    """Django's multipart parser stops at ``DATA_UPLOAD_MAX_NUMBER_FILES`` with an exception
+    that becomes a bare "Bad Request" (wherever the body is first read: here, CSRF or DRF).
+    On the upload routes the body is read here first, so the refusal can say why. The files
+    parsed are kept on the request: CSRF and the view read them from there, not again."""
+    if not request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data"):
+        return None
+    match = _upload_route(request)
+    if match is None:
+        return None
+    try:
+        request.FILES  # noqa: B018  parse now, inside the try
+    except TooManyFilesSent:
+        limit = settings.TRACE_UPLOAD_MAX_FILES
+        return _refused(request, match, traces.UploadRefused(
+            f"more than {limit} files in one upload: at most {limit} (one per rank); for a "
+            f"larger run use manage.py import_trace on its folder"))
+    return None
+
+
+def _upload_route(request: HttpRequest) -> ResolverMatch | None:
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return None
+    return match if match.view_name in UPLOAD_ROUTES else None
+
+
+def _refused(request: HttpRequest, match: ResolverMatch,
+             exc: traces.UploadRefused) -> HttpResponse:
+    if match.view_name.startswith("api:"):
+        return JsonResponse({"detail": str(exc)}, status=exc.status)
+    page = reverse("jobs-detail", kwargs=match.kwargs) + "#phases"
+    return render(request, "jobs/upload_refused.html",
+                  {"message": str(exc), "job_page": page}, status=exc.status)

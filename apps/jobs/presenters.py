@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -29,6 +30,7 @@ from apps.analysis.idleness import Idleness
 from apps.analysis.phases import GPU_IDLE_CHECKS
 from apps.analysis.straggler_story import KEY as STORY_KEY
 from apps.analysis.straggler_story import rank_gpu
+from apps.core.templatetags.portal import duration, mb
 from apps.jobs import charts
 from apps.jobs.archive import PARTIAL_ATTEMPTS
 from apps.jobs.idleness import job_idleness
@@ -375,6 +377,30 @@ def array_summaries(rows: list[Job]) -> dict[tuple[int, int], dict[str, Any]]:
     for entry in out.values():
         entry["states"] = sorted(entry["states"].items(), key=lambda kv: (-kv[1], kv[0]))
     return out
+
+
+# --- What the job asked for ------------------------------------------------------------------
+
+
+def requested(job: Job) -> dict[str, Any] | None:
+    """What the job asked Slurm for, as the page's "Requested" section says it (issue 26): a
+    job that has not started holds nothing, so its allocation would read "GPUs 0, CPUs 0".
+    None when Slurm said nothing of its resources (a backend that does not read them)."""
+    if all(v is None for v in (job.req_gpus, job.req_cpus, job.req_memory_mb, job.req_nodes)):
+        return None
+    limit = job.time_limit_min
+    nodes = job.req_nodes
+    memory = job.req_memory_mb
+    per_node = f"{mb(memory // nodes)} per node" if memory and nodes and nodes > 1 else ""
+    return {
+        "gpus": "not said" if job.req_gpus is None else str(job.req_gpus),
+        "cpus": "not said" if job.req_cpus is None else str(job.req_cpus),
+        "memory": "not said" if memory is None else mb(memory), "memory_per_node": per_node,
+        "nodes": "not said" if nodes is None else str(nodes),
+        "time_limit": "unlimited or not said" if limit is None else
+        duration(timedelta(minutes=limit)),
+        "tres": job.tres_req, "started": job.start_time is not None,
+    }
 
 
 # --- How the job ended, and where its output went ----------------------------------------

@@ -12,7 +12,7 @@ import hashlib
 import logging
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -84,16 +84,29 @@ def analyze_paths(paths: Sequence[Path], config: PhaseConfig | None = None,
 
 
 def import_trace(job: Job, paths: Sequence[Path], config: PhaseConfig | None = None,
-                 limits: TraceLimits | None = None) -> TraceRun:
+                 limits: TraceLimits | None = None,
+                 names: Mapping[str, str] | None = None) -> TraceRun:
     """Analyse a job's traces and store the analysis; safe to run twice on the same files.
 
     1. Read the files (bad ones are skipped, and the result says so).
     2. Analyse them; warn when they were recorded outside the job's run time.
     3. Upsert the ``TraceRun`` on (job, fingerprint of the contents) and its rank rows.
     4. Run the diagnosis again: the trace's phases are facts of it.
+
+    What is stored, and the message of an error, name each file by ``names`` (server path
+    -> what people see; by default its file name), never by where the server keeps it: the
+    job page shows them to anyone who sees the job (issue 27).
     """
-    reading = read_traces(paths, limits)
-    analysis = with_skipped(analyze(reading.traces, config or trace_config()), reading.problems)
+    names = dict(names) if names is not None else _file_names(paths)
+    try:
+        reading = _named(read_traces(paths, limits), names)
+        analysis = with_skipped(analyze(reading.traces, config or trace_config()),
+                                reading.problems)
+    except AdapterError as exc:
+        raise type(exc)(without_paths(str(exc), names), service=exc.service,
+                        detail=without_paths(exc.detail, names)) from None
+    except TraceAnalysisError as exc:
+        raise TraceAnalysisError(without_paths(str(exc), names)) from None
     span = _recorded_span(reading.traces)
     mismatch = job_mismatch(job, span)
     if mismatch:
@@ -102,6 +115,30 @@ def import_trace(job: Job, paths: Sequence[Path], config: PhaseConfig | None = N
     run = _store(job, reading.traces, analysis, span)
     diagnose_job(job)  # trace phases are facts of the diagnosis
     return run
+
+
+def _file_names(paths: Sequence[Path]) -> dict[str, str]:
+    """Each trace file under ``paths`` (and each path given) -> its name alone."""
+    names = {str(path): path.name for path in paths}
+    for path in paths:
+        if path.is_dir():
+            names.update((str(f), f.name) for f in path.iterdir())
+    return names
+
+
+def _named(reading: TraceReading, names: Mapping[str, str]) -> TraceReading:
+    """The reading with each file's ``source`` and every problem in ``names``' words."""
+    traces = [replace(t, source=names.get(t.source, Path(t.source).name))
+              for t in reading.traces]
+    return TraceReading(traces, [without_paths(p, names) for p in reading.problems])
+
+
+def without_paths(message: str, names: Mapping[str, str]) -> str:
+    """``message`` with every path of ``names`` replaced by its name, longest first (a
+    file's path before its folder's)."""
+    for path, name in sorted(names.items(), key=lambda item: -len(item[0])):
+        message = message.replace(path, name)
+    return message
 
 
 def _recorded_span(traces: Sequence[RankTrace]) -> tuple[datetime, datetime] | None:
@@ -210,30 +247,20 @@ def import_uploads(job: Job, files: Sequence[UploadedFile]) -> TraceRun:
                             f"per upload")
     limit = settings.TRACE_MAX_FILE_MB * MIB
     with tempfile.TemporaryDirectory(prefix="beacon-trace-") as folder:
-        saved: dict[str, str] = {}
+        # the uploader's file names in place of the server's temporary paths; the folder
+        # itself (in "no trace files in ...") is "the upload"
+        names: dict[str, str] = {folder: "the upload"}
         for number, upload in enumerate(files):
             if upload.size is not None and upload.size > limit:
                 raise AdapterError(f"trace file {upload.name} is {upload.size / MIB:.1f} MiB, "
                                    f"over the limit of {settings.TRACE_MAX_FILE_MB} MiB per "
                                    f"trace file", service="kineto")
-            path = Path(folder) / f"{number:05d}-{_safe_name(upload.name)}"
+            name = _safe_name(upload.name)
+            path = Path(folder) / f"{number:05d}-{name}"
             _save(upload, path)
-            saved[str(path)] = _safe_name(upload.name)
-        try:
-            return import_trace(job, [Path(folder)])
-        except AdapterError as exc:
-            raise type(exc)(_without_paths(str(exc), folder, saved), service=exc.service,
-                            detail=_without_paths(exc.detail, folder, saved)) from None
-        except TraceAnalysisError as exc:
-            raise TraceAnalysisError(_without_paths(str(exc), folder, saved)) from None
-
-
-def _without_paths(message: str, folder: str, saved: dict[str, str]) -> str:
-    """The uploader's file names in place of the server's temporary paths: a message about
-    an upload names what the person chose, never where the server kept it."""
-    for path, name in sorted(saved.items(), key=lambda item: -len(item[0])):
-        message = message.replace(path, name)
-    return message.replace(folder + "/", "").replace(folder, "the upload")
+            # two files of one name stay two in the warnings
+            names[str(path)] = name if name not in names.values() else f"{name} (#{number + 1})"
+        return import_trace(job, [Path(folder)], names=names)
 
 
 def _save(upload: UploadedFile, path: Path) -> None:

@@ -7,62 +7,87 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    QueryDict,
+    StreamingHttpResponse,
+)
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views import View
 from django.views.generic import DetailView, TemplateView
 
-from apps.accounts.permissions import (
-    ADMIN,
-    VIEW,
-    ActionRequiredMixin,
-    lead_team_ids,
-    signed_in,
-)
+from apps.accounts.models import Team
+from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin, signed_in
 from apps.analysis.phases import TraceAnalysisError
 from apps.clusters.models import Cluster
 from apps.core.context_processors import simulated_banner
+from apps.core.csv_export import csv_response
 from apps.core.errors import AdapterError
+from apps.core.filtering import filter_messages, without_blanks
 from apps.core.paging import keyset_page
-from apps.jobs import plausibility, presenters, services, traces
-from apps.jobs.filters import JobFilterSet
-from apps.jobs.forms import AcceptImplausibleForm, JobListForm
+from apps.jobs import listing, plausibility, presenters, services, traces
+from apps.jobs.forms import AcceptImplausibleForm
 from apps.jobs.models import Job, JobMetrics
 
 PAGE_SIZE = 50
+EXPORT_MAX_ROWS = 100_000  # a spreadsheet's worth; past it, narrow the filters
 
 
 class JobListView(ActionRequiredMixin, TemplateView):
-    """Self-service job list: "my jobs", "my team's jobs" (leads) and "all" (admins)."""
+    """Self-service job list: "my jobs", "my team's jobs" (leads) and "all" (admins), sorted
+    by any column; the same query exports as CSV (``JobExportView``)."""
 
     template_name = "jobs/list.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
         user = signed_in(self.request)
-        led = lead_team_ids(user)
-        choices = JobListForm(self.request.GET).choices()
-        scope, grouped = choices.scope, choices.grouped
-        jobs = Job.objects.visible_to(user)
-        if scope == "mine":
-            jobs = jobs.filter(user=user)
-        elif scope == "team":
-            jobs = jobs.filter(team_id__in=led)
-        filterset = JobFilterSet(self.request.GET, queryset=jobs)
-        rows = presenters.list_rows(filterset.qs, grouped)
-        # the team scope reads each led team's (team, -submit_time) index on its own
-        split = ("team_id", led) if scope == "team" else None
-        page = keyset_page(rows, choices.after, PAGE_SIZE, "submit_time", split)
-        query = self.request.GET.copy()
-        query.pop("after", None)
+        listed = listing.listing(user, self.request.GET)
+        choices, sort = listed.choices, listed.sort
+        if sort.is_default:
+            # the team scope reads each led team's (team, -submit_time) index on its own
+            split = ("team_id", listed.led) if choices.scope == "team" else None
+            page: Any = keyset_page(listed.rows, choices.after, PAGE_SIZE, "submit_time", split)
+        else:
+            page = listing.numbered_page(listed.rows, sort, choices.page, PAGE_SIZE)
+        if getattr(page, "cursor_refused", False):
+            messages.warning(self.request, "That page link was not one this list wrote "
+                                           "(edited or cut short?): showing the first page.")
+        query = _without(self.request.GET, "after", "page")
         ctx.update(
-            scope=scope, scopes=_scopes_for(user, led), filter=filterset, page=page,
-            query=query.urlencode(), grouped=grouped,
-            arrays=presenters.array_summaries(page.rows) if grouped else {},
+            scope=choices.scope, scopes=_scopes_for(user, listed.led), filter=listed.filterset,
+            filter_errors=filter_messages(listed.filterset), page=page, sort=sort,
+            query=query, sort_headers=listing.header_cells(
+                sort, _without(self.request.GET, "after", "page", "sort"), efficiency=True),
+            grouped=choices.grouped, may_pick_user=user.is_staff or bool(listed.led),
+            teams=Team.objects.visible_to(user).order_by("slug"),
+            arrays=presenters.array_summaries(page.rows) if choices.grouped else {},
             slurm_clusters=Cluster.objects.visible_to(user).fed_by_slurm(),
         )
         return ctx
+
+
+class JobExportView(ActionRequiredMixin, View):
+    """The job list as CSV: the same scope, filters and order as the page, every page of it
+    (up to ``EXPORT_MAX_ROWS``; a last line says when the list was cut there)."""
+
+    def get(self, request: HttpRequest) -> StreamingHttpResponse:
+        listed = listing.listing(signed_in(request), request.GET)
+        jobs = listed.rows.order_by(*listed.sort.order_by())
+        return csv_response("jobs.csv", listing.CSV_HEADER,
+                            listing.csv_rows(jobs, EXPORT_MAX_ROWS))
+
+
+def _without(query: QueryDict, *names: str) -> str:
+    """The query string less ``names`` (the cursor, the page, the sort), blanks dropped."""
+    params = without_blanks(query)
+    for name in names:
+        params.pop(name, None)
+    return params.urlencode()
 
 
 def _scopes_for(user: Any, led: list[int]) -> list[tuple[str, str]]:
@@ -104,6 +129,7 @@ class JobDetailView(ActionRequiredMixin, DetailView):
         )
         ctx.update(_metrics_card(job))
         ctx.update(presenters.ending_card(job))
+        ctx["requested"] = presenters.requested(job)
         ctx.update(presenters.traces_panel(job))
         presenters.link_stragglers(ctx)
         ctx["upload_limit_mb"] = settings.TRACE_UPLOAD_MAX_MB

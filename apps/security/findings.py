@@ -7,34 +7,34 @@ nothing, so runs over overlapping windows are safe. A resolved finding seen agai
 its resolution reopens; suppressed and acknowledged ones keep their status.
 
 ``transition`` moves a finding through open -> acknowledged -> resolved, or suppressed
-(reason and expiry), with an assignee; every change is a ``FindingEvent`` and a JSON line
-on the ``beacon.audit`` logger.
+(reason and expiry), with an assignee and comments; every action is a ``FindingEvent`` and
+an audit event (``/platform/audit/``, and its JSON line on the ``beacon.audit`` logger).
 """
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.accounts.models import Team
+from apps.accounts.models import Membership, Team
 from apps.accounts.services import portal_users_by_slurm_name
 from apps.analysis.security_rules import RULES
 from apps.analysis.security_types import Hit, severity_rank
+from apps.audit import services as audit
+from apps.audit.models import AuditEvent
 from apps.clusters.models import Cluster, Node, SlurmAccount
 from apps.jobs.models import Job
 from apps.security.models import Finding, FindingEvent, SecurityRule
 
-audit_log = logging.getLogger("beacon.audit")
 MAX_SUPPRESS = timedelta(days=366)
 
 
@@ -196,31 +196,101 @@ class LifecycleError(ValueError):
     """A transition that is not allowed from here, or lacks its reason or expiry."""
 
 
-# action -> (statuses it may start from, status it leads to, needs a platform admin)
-TRANSITIONS: dict[str, tuple[frozenset[str], str, bool]] = {
-    "acknowledge": (frozenset({"open"}), "acknowledged", False),
-    "resolve": (frozenset({"open", "acknowledged"}), "resolved", False),
-    "suppress": (frozenset({"open", "acknowledged", "resolved"}), "suppressed", True),
-    "reopen": (frozenset({"acknowledged", "resolved", "suppressed"}), "open", True),
-    "assign": (frozenset({"open", "acknowledged", "resolved", "suppressed"}), "", True),
+# Who may take an action, beyond seeing the finding (issue 27 item 6):
+VIEWER = "viewer"  # whoever sees it: the job's owner, the team's leads, admins
+CLOSER = "closer"  # high and critical: admins or the site's SECURITY_CLOSE_ROLE; else viewers
+ADMIN = "admin"  # platform admins, or holders of SECURITY_CLOSE_ROLE (suppressing only)
+STAFF = "staff"  # platform admins only
+SERIOUS = frozenset({"high", "critical"})
+ALL_STATUSES = frozenset({"open", "acknowledged", "resolved", "suppressed"})
+
+# action -> (statuses it may start from, status it leads to ("" keeps it), who may take it)
+TRANSITIONS: dict[str, tuple[frozenset[str], str, str]] = {
+    "comment": (ALL_STATUSES, "", VIEWER),
+    "acknowledge": (frozenset({"open"}), "acknowledged", VIEWER),
+    "resolve": (frozenset({"open", "acknowledged"}), "resolved", CLOSER),
+    "suppress": (frozenset({"open", "acknowledged", "resolved"}), "suppressed", ADMIN),
+    "reopen": (frozenset({"acknowledged", "resolved", "suppressed"}), "open", STAFF),
+    "assign": (ALL_STATUSES, "", STAFF),
 }
-_EVENT = {"acknowledge": "acknowledged", "resolve": "resolved", "suppress": "suppressed",
-          "reopen": "reopened", "assign": "assigned"}
+_EVENT = {"comment": "commented", "acknowledge": "acknowledged", "resolve": "resolved",
+          "suppress": "suppressed", "reopen": "reopened", "assign": "assigned"}
+
+
+def may(actor: Any, finding: Finding, action: str) -> bool:
+    """Whether ``actor``, who sees ``finding``, may take ``action`` on it (any status).
+
+    The subject of a finding (the owner of its job, or the user it names) never closes a
+    high or critical one: a researcher resolving the miner finding about their own job was
+    how such findings left the admins' list (issue 27). A site may let a team role close
+    them besides admins (``SECURITY_CLOSE_ROLE``); that role never covers one's own job.
+    """
+    who = TRANSITIONS[action][2]
+    if getattr(actor, "is_staff", False) or who == VIEWER:
+        return True
+    if who == CLOSER and finding.severity not in SERIOUS:
+        return True
+    return who in (CLOSER, ADMIN) and _holds_close_role(actor, finding)
+
+
+def _holds_close_role(actor: Any, finding: Finding) -> bool:
+    role = _close_role()
+    if not role or actor.pk in _subjects(finding):
+        return False
+    teams = _ids(finding.team_id, finding.job.team_id if finding.job else None)
+    return Membership.objects.filter(user=actor, role=role, team_id__in=teams).exists()
+
+
+def _close_role() -> str:
+    """The team role ``SECURITY_CLOSE_ROLE`` names, "" for none."""
+    role = settings.SECURITY_CLOSE_ROLE
+    return "" if role == "none" else role
+
+
+def _subjects(finding: Finding) -> set[int]:
+    """The users a finding is about: the one it names and the owner of its job."""
+    return _ids(finding.user_id, finding.job.user_id if finding.job else None)
+
+
+def _ids(*ids: int | None) -> set[int]:
+    return {i for i in ids if i is not None}
+
+
+def allowed_actions(finding: Finding, actor: Any) -> list[str]:
+    """The actions the finding page offers ``actor``: allowed from its status, and theirs."""
+    return [a for a, (sources, _, _) in TRANSITIONS.items()
+            if finding.status in sources and may(actor, finding, a)]
+
+
+def _refusal(action: str, finding: Finding) -> str:
+    who = TRANSITIONS[action][2]
+    if who == STAFF:
+        return f"only platform admins may {action} a finding"
+    role = _close_role()
+    also = f" or a {role} of its team who is not its subject" if role else ""
+    what = f"a {finding.severity} finding" if who == CLOSER else "a finding"
+    return f"only platform admins{also} may {action} {what}"
 
 
 def transition(finding: Finding, actor: Any, action: str, *, reason: str = "",
                until: datetime | None = None, assignee: Any = None) -> FindingEvent:
     """Apply ``action`` for ``actor`` (who can already see the finding).
 
-    Owners and leads may acknowledge and resolve (with a reason: "token revoked");
-    suppressing, reopening and assigning are for platform admins (``PermissionDenied``).
-    A suppression needs a reason and an expiry within a year.
+    Whoever sees a finding may comment and acknowledge it, and resolve a medium, low or
+    info one (with a reason: "token revoked"). Resolving a high or critical one, and
+    suppressing any, take an admin or the site's close role (``may``); reopening and
+    assigning take an admin (``PermissionDenied``: a 403). A suppression needs a reason and
+    an expiry within a year; a comment its text. An assignee given with another action is
+    an assignment too (admins). Every action is a ``FindingEvent`` and an audit event.
     """
     if action not in TRANSITIONS:
         raise LifecycleError(f"unknown action {action!r} (one of {', '.join(TRANSITIONS)})")
-    sources, target, admin_only = TRANSITIONS[action]
-    if admin_only and not getattr(actor, "is_staff", False):
-        raise PermissionDenied(f"only platform admins may {action} a finding")
+    sources, target, _ = TRANSITIONS[action]
+    if not may(actor, finding, action):
+        raise PermissionDenied(_refusal(action, finding))
+    reassigns = assignee is not None and assignee.pk != finding.assignee_id
+    if reassigns and not may(actor, finding, "assign"):
+        raise PermissionDenied(_refusal("assign", finding))
     if finding.status not in sources:
         raise LifecycleError(f"cannot {action} a finding that is {finding.status}")
     reason = (reason or "").strip()[:2000]
@@ -232,21 +302,24 @@ def transition(finding: Finding, actor: Any, action: str, *, reason: str = "",
 def _check(action: str, reason: str, until: datetime | None, assignee: Any) -> None:
     if action in ("resolve", "suppress") and not reason:
         raise LifecycleError(f"{action}: a reason is required")
+    if action == "comment" and not reason:
+        raise LifecycleError("comment: write the comment in the reason field")
     if action == "suppress":
         now = timezone.now()
         if until is None or until <= now or until > now + MAX_SUPPRESS:
             raise LifecycleError("suppress: an expiry in the future, within a year, is required")
-    if action == "assign" and (assignee is None or not assignee.is_active or
-                               not assignee.is_staff):
+    if action == "assign" and assignee is None:
         raise LifecycleError("assign: the assignee must be an active platform admin")
+    if assignee is not None and (not assignee.is_active or not assignee.is_staff):
+        raise LifecycleError(f"{action}: the assignee must be an active platform admin")
 
 
 def _apply_transition(finding: Finding, actor: Any, action: str, target: str, reason: str,
                       until: datetime | None, assignee: Any) -> FindingEvent:
     before = finding.status
-    if action == "assign":
-        finding.assignee = assignee
-    else:
+    if assignee is not None:
+        finding.assignee = assignee  # given with any action, it is kept (issue 26)
+    if target:
         finding.status = target
         finding.status_reason = reason
         finding.suppressed_until = until if action == "suppress" else None
@@ -255,12 +328,12 @@ def _apply_transition(finding: Finding, actor: Any, action: str, target: str, re
     event = FindingEvent.objects.create(
         finding=finding, actor=actor, action=_EVENT[action], from_status=before,
         to_status=finding.status, assignee=finding.assignee, reason=reason, until=until)
-    audit_log.info(json.dumps({
-        "at": event.at.isoformat(), "action": f"finding_{event.action}",
-        "user": getattr(actor, "username", ""), "finding": finding.pk,
-        "from": before, "to": finding.status, "reason": reason,
-        "until": until.isoformat() if until else None,
-        "assignee": getattr(finding.assignee, "username", None)}, sort_keys=True))
+    audit.record(AuditEvent.Action.FINDING, audit.CURRENT_REQUEST.get(), actor,
+                 target=f"finding {finding.pk}: {finding.title}"[:300],
+                 details={"finding": finding.pk, "action": event.action,
+                          "severity": finding.severity, "from": before, "to": finding.status,
+                          "reason": reason, "until": until.isoformat() if until else None,
+                          "assignee": getattr(finding.assignee, "username", None)})
     return event
 
 

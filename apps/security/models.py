@@ -495,7 +495,7 @@ class Finding(models.Model):
 class FindingEvent(models.Model):
     """One change of a finding: who (empty: the detector), what, why, and its assignee then.
 
-    Append-only; written by ``apps.security.lifecycle`` and the detection run only.
+    Append-only; written by ``apps.security.findings`` and the detection run only.
     """
 
     class Action(models.TextChoices):
@@ -508,6 +508,7 @@ class FindingEvent(models.Model):
         ASSIGNED = "assigned"
         ESCALATED = "escalated", "severity raised"
         NOTIFIED = "notified"
+        COMMENTED = "commented"
 
     finding = models.ForeignKey(Finding, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(default=timezone.now)

@@ -10,23 +10,33 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.db.models import Case, IntegerField, QuerySet, Value, When
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from django.views import View
 from django.views.generic import DetailView, ListView
 
 from apps.accounts.permissions import VIEW, ActionRequiredMixin
+from apps.analysis.security_types import SEVERITIES
 from apps.clusters.models import Cluster
+from apps.core.filtering import filter_messages, page_filterset
 from apps.security import findings, services
 from apps.security.filters import FindingFilterSet
 from apps.security.forms import FindingActionForm
 from apps.security.models import Finding
 
 
+def by_severity() -> Case:
+    """Critical first, then high, medium, low, info: the rank as a number to sort on."""
+    return Case(*(When(severity=s, then=Value(rank)) for rank, s in enumerate(SEVERITIES)),
+                default=Value(0), output_field=IntegerField())
+
+
 class FindingListView(ActionRequiredMixin, ListView):
-    """Findings the user may see, newest first; active ones unless asked otherwise."""
+    """Findings the user may see, most severe first and the latest seen first within a
+    severity (issue 26: a critical finding sank mid-list when sorted by last seen alone);
+    active ones unless asked otherwise."""
 
     template_name = "security/list.html"
     context_object_name = "findings"
@@ -35,31 +45,24 @@ class FindingListView(ActionRequiredMixin, ListView):
     def get_queryset(self) -> QuerySet[Finding]:
         base = Finding.objects.visible_to(self.request.user) \
             .select_related("cluster", "team", "assignee")
-        params = _without_blanks(self.request.GET)
-        if not self.request.GET:
+        params = self.request.GET.copy()
+        if not params:
             params["active"] = "true"
-        self.filterset = FindingFilterSet(params, queryset=base)
-        return self.filterset.qs if self.filterset.is_valid() else base.none()
+        self.filterset = page_filterset(FindingFilterSet, params, queryset=base)
+        if not self.filterset.is_valid():
+            return base.none()
+        return self.filterset.qs.order_by(by_severity().desc(), "-last_seen", "-id")
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
         query = self.request.GET.copy()
         query.pop("page", None)
         ctx.update(filter=self.filterset, query=query.urlencode(),
+                   filter_errors=filter_messages(self.filterset),
                    detection_problems=services.detection_problems(
                        Cluster.objects.visible_to(self.request.user).order_by("name")))
         return ctx
 
-
-def _without_blanks(query: QueryDict) -> QueryDict:
-    """The filter form sends every field, "any" as an empty value; a multiple-choice filter
-    would refuse "" (so the whole list came back empty): drop blank values instead."""
-    params = QueryDict(mutable=True)
-    for key in query:
-        values = [v for v in query.getlist(key) if v.strip()]
-        if values:
-            params.setlist(key, values)
-    return params
 
 
 class FindingDetailView(ActionRequiredMixin, DetailView):
@@ -78,9 +81,8 @@ class FindingDetailView(ActionRequiredMixin, DetailView):
         user = self.request.user
         ctx["evidence"] = finding.evidence_for(user)
         ctx["events"] = finding.events.select_related("actor", "assignee")
-        ctx["actions"] = [a for a, (sources, _, admin) in findings.TRANSITIONS.items()
-                          if finding.status in sources and (user.is_staff or not admin)]
-        ctx["admins"] = findings.staff_users() if user.is_staff else []
+        ctx["actions"] = findings.allowed_actions(finding, user)
+        ctx["admins"] = findings.staff_users() if "assign" in ctx["actions"] else []
         ctx["job_visible"] = finding.job is not None and \
             type(finding.job).objects.visible_to(user).filter(pk=finding.job.pk).exists()
         ctx["spec"] = finding.rule.spec if finding.rule else None
@@ -106,7 +108,9 @@ class FindingTransitionView(ActionRequiredMixin, View):
         except findings.LifecycleError as exc:
             messages.error(request, str(exc))
         else:
-            messages.success(request, f"Finding {finding.status}.")
+            done = "Comment added." if typed["action"] == "comment" else \
+                f"Finding {finding.status}."
+            messages.success(request, done)
         return SeeOther(reverse("security-detail", args=[pk]))
 
 

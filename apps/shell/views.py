@@ -1,4 +1,4 @@
-"""The site's shell: the researcher home, the platform overview, run records, health, /metrics."""
+"""The site's shell: each persona's home, the platform overview, run records, health, /metrics."""
 
 from __future__ import annotations
 
@@ -14,23 +14,37 @@ from django.views.generic import ListView, TemplateView
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from apps.accounts.models import Team
-from apps.accounts.permissions import ADMIN, ActionRequiredMixin, signed_in
+from apps.accounts.permissions import ADMIN, ActionRequiredMixin, lead_team_ids, signed_in
+from apps.analysis.quotas import WARNING_LEVELS
+from apps.chargeback.services import current_month, month_period
 from apps.clusters.metrics import ClusterSyncCollector
-from apps.clusters.models import Cluster
+from apps.clusters.models import Cluster, SlurmAccount
 from apps.core import metrics
 from apps.core.models import TaskRun
 from apps.jobs import plausibility
 from apps.jobs.models import Job
+from apps.quotas import services as quota_services
+from apps.quotas.services import AccountUsage
+
+AT_RISK_LEVEL = min(WARNING_LEVELS)  # the first warning (80%)
 
 
 class HomeView(ActionRequiredMixin, TemplateView):
-    """ "My jobs": what a researcher sees first."""
+    """What each persona came for (issue 26): a researcher their jobs, a lead their jobs and
+    the teams they lead, an admin the platform (clusters, syncs, runs, open findings and the
+    budgets at risk) rather than "You have no jobs yet" on a cluster of thousands."""
 
-    template_name = "core/home.html"
+    def get_template_names(self) -> list[str]:
+        return ["core/home_admin.html" if self.request.user.is_staff else "core/home.html"]
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
         user = signed_in(self.request)
+        if user.is_staff:
+            ctx.update(platform_overview(), quotas_at_risk=quotas_at_risk(user),
+                       own_jobs=Job.objects.filter(user=user).exists())
+            return ctx
+        ctx["led_teams"] = Team.objects.filter(pk__in=lead_team_ids(user)).order_by("name")
         mine = Job.objects.visible_to(user).filter(user=user)
         since = timezone.now() - timedelta(days=30)
         ctx["counts"] = mine.aggregate(
@@ -53,14 +67,27 @@ class PlatformView(ActionRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        ctx["clusters"] = Cluster.objects.annotate(
-            node_total=Count("nodes", distinct=True),
-            job_total=Count("jobs", distinct=True),
-        )
+        ctx.update(platform_overview())
         ctx["teams"] = Team.objects.annotate(member_total=Count("memberships"))
-        ctx["runs"] = TaskRun.objects.select_related("cluster")[:20]
         ctx["held_back"] = plausibility.held_back_note(Job.objects.held_back(), self.request.user)
         return ctx
+
+
+def platform_overview() -> dict[str, Any]:
+    """The clusters with their syncs, and the latest background runs (admins' pages)."""
+    clusters = Cluster.objects.annotate(node_total=Count("nodes", distinct=True),
+                                        job_total=Count("jobs", distinct=True))
+    return {"clusters": clusters, "runs": TaskRun.objects.select_related("cluster")[:20]}
+
+
+def quotas_at_risk(user: Any) -> list[AccountUsage]:
+    """The GPU-hour quotas at 80% or more, or on course to run out this month."""
+    accounts = SlurmAccount.objects.filter(team__in=Team.objects.visible_to(user)) \
+        .select_related("team", "cluster").order_by("team__name", "name")
+    month_end = month_period(current_month(timezone.now())).end
+    return [u for u in quota_services.usage_for(accounts) if u.status is not None and (
+        u.status.level >= AT_RISK_LEVEL or (u.status.exhausted_at is not None
+                                            and u.status.exhausted_at < month_end))]
 
 
 class TaskRunListView(ActionRequiredMixin, ListView):

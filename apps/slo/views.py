@@ -27,6 +27,7 @@ from apps.analysis.pending import wait_cause_table
 from apps.audit import services as audit
 from apps.audit.models import AuditEvent
 from apps.chargeback.usage import held_back
+from apps.core.filtering import filter_messages, page_filterset
 from apps.jobs import plausibility
 from apps.jobs.models import Job
 from apps.jobs.views import HttpResponseSeeOther
@@ -88,8 +89,8 @@ class SloListView(ActionRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        filterset = ScorecardFilterSet(
-            self.request.GET, request=self.request,
+        filterset = page_filterset(
+            ScorecardFilterSet, self.request.GET, request=self.request,
             queryset=Scorecard.objects.visible_to(self.request.user)
             .select_related("objective", "team").defer("trend", "worst_jobs", "details"))
         cards = list(filterset.qs.order_by("budget_remaining", "objective__order", "subject")
@@ -98,7 +99,8 @@ class SloListView(ActionRequiredMixin, TemplateView):
         for card in cards:
             card.open_alerts = alerts.get((card.objective_id, card.subject), [])
         team_cards = [c for c in cards if c.team_id]
-        ctx.update(filter=filterset, team_cards=team_cards, team_rows=_rows(team_cards),
+        ctx.update(filter=filterset, filter_errors=filter_messages(filterset),
+                   team_cards=team_cards, team_rows=_rows(team_cards),
                    other_cards=[c for c in cards if not c.team_id],
                    other_rows=_rows([c for c in cards if not c.team_id]),
                    objectives=Objective.objects.visible_to(self.request.user)
@@ -172,7 +174,8 @@ class TeamScorecardExportView(ActionRequiredMixin, View):
         team, cards = _team_cards(request, slug)
         for card in cards:
             card.worst_jobs = card.shown_worst
-        response = HttpResponse(services.export_csv(cards), content_type="text/csv")
+        response = HttpResponse(services.export_csv(cards),
+                                content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="slo-{team.slug}.csv"'
         return response
 

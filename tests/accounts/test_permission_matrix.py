@@ -200,6 +200,8 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("get", "clusters-list", NO_ARGS, everyone(200)),
     ("get", "clusters-detail", CLUSTER, everyone(200)),
     ("get", "jobs-list", NO_ARGS, everyone(200)),
+    ("get", "jobs-export", NO_ARGS, everyone(200)),
+    ("post", "jobs-export", NO_ARGS, {**everyone(403), "staff": 405}),
     ("get", "jobs-detail", JOB, bobs_job()),
     ("post", "jobs-detail", JOB, {**everyone(403), "staff": 405}),
     ("get", "jobs-metrics", JOB, bobs_job()),
@@ -441,3 +443,13 @@ def test_job_list_page_shows_exactly_the_visible_set(world, login, persona, expe
     scope = "team" if persona == "alice" else "mine"
     page = login(persona).get(reverse("jobs-list"), {"scope": scope})
     assert {j.job_id for j in page.context["page"].rows} == expected
+
+
+@pytest.mark.parametrize(("persona", "expected"), [
+    ("bob", {"101"}), ("alice", {"101", "102", "103"}), ("carol", {"201"}),
+    ("staff", {"101", "102", "103", "201", "301"}),
+])
+def test_job_export_holds_exactly_the_visible_set(world, login, persona, expected):
+    response = login(persona).get(reverse("jobs-export"), {"scope": "all"})
+    lines = b"".join(response.streaming_content).decode().splitlines()[1:]
+    assert {line.split(",")[0] for line in lines} == expected

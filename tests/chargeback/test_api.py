@@ -80,8 +80,9 @@ def test_a_statement_is_finalised_adjusted_and_exported_through_the_api(drafts, 
     detail = client.get(reverse("api:chargeback-statement-detail", args=[nlp.pk])).json()
     assert (detail["amount"], detail["adjustments"], detail["total_due"]) == (
         "72.00", "-2.50", "69.50")
-    text = client.get(reverse("api:chargeback-statement-csv", args=[nlp.pk])).content.decode()
-    assert len(list(csv.DictReader(io.StringIO(text)))) == 4
+    exported = client.get(reverse("api:chargeback-statement-csv", args=[nlp.pk]))
+    assert exported["Content-Type"] == "text/csv; charset=utf-8"
+    assert len(list(csv.DictReader(io.StringIO(exported.content.decode())))) == 4
 
 
 def test_terms_are_set_per_month_and_fixed_once_final(drafts, world):

@@ -48,8 +48,28 @@ def test_a_researcher_sees_their_usage_and_what_it_would_cost_at_useful_hours(dr
     assert "18.00 EUR</strong> less this month" in text and "6.0 GPU-h sat idle" in text
 
 
-def test_a_bad_month_is_a_404(world, login):
-    assert login("bob").get(reverse("chargeback-home") + "?month=2026-13").status_code == 404
+@pytest.mark.parametrize("url_name", ["chargeback-home", "chargeback-my-usage"])
+@pytest.mark.parametrize("typed", ["2026-13", "11-2026", "nope", "2026-1", " 2026-11"])
+def test_a_month_typo_is_a_400_with_the_form_keeping_the_input(world, login, url_name, typed):
+    """Not a 404 page that loses what was typed (issue 26)."""
+    response = login("bob").get(reverse(url_name), {"month": typed})
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert 'class="error" id="month-error"' in html and "is not YYYY-MM" in html
+    assert f'name="month" value="{typed}"' in html and 'aria-invalid="true"' in html
+    assert "chargeback/month_refused.html" in [t.name for t in response.templates]
+
+
+@pytest.mark.parametrize("url_name", ["chargeback-home", "chargeback-my-usage"])
+def test_the_month_pages_offer_the_month_form_with_the_month_shown(world, login, url_name):
+    html = login("bob").get(reverse(url_name), {"month": "2026-10"}).content.decode()
+    assert 'id="month-form"' in html and 'name="month" value="2026-10"' in html
+    assert 'class="error" id="month-error"' not in html
+
+
+def test_a_month_typo_in_an_export_link_is_a_400_saying_why(world, login):
+    response = login("bob").get("/chargeback/2026-13/export.csv")
+    assert response.status_code == 400 and b"is not YYYY-MM" in response.content
 
 
 def test_the_statement_page_and_its_exports(drafts, login):
@@ -57,7 +77,8 @@ def test_the_statement_page_and_its_exports(drafts, login):
     page = login("alice").get(reverse("chargeback-statement", args=[nlp.pk]))
     assert [ln.user_name for ln in page.context["usage_lines"]] == ["alice", "bob", "tom"]
     response = login("alice").get(reverse("chargeback-statement-export", args=[nlp.pk, "csv"]))
-    assert response["Content-Type"] == "text/csv"
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert "no-store" in response["Cache-Control"]  # an export is private (issue 27)
     assert 'filename="chargeback-nlp-2026-11.csv"' in response["Content-Disposition"]
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
     assert {r["user"] for r in rows} == {"alice", "bob", "tom"}
@@ -124,8 +145,8 @@ def test_reconciling_an_unknown_cluster_says_so(drafts, login, world, name):
     assert "no such cluster" in page.content.decode()
 
 
-def test_a_bad_month_is_a_404_on_the_chargeback_pages(drafts, login, world):
-    assert login("staff").get(reverse("chargeback-home"), {"month": "2026-13"}).status_code == 404
+def test_a_bad_month_is_a_400_on_the_chargeback_pages(drafts, login, world):
+    assert login("staff").get(reverse("chargeback-home"), {"month": "2026-13"}).status_code == 400
 
 
 def test_the_statement_says_where_the_waste_came_from(drafts, login, world):

@@ -173,7 +173,7 @@ def test_the_list_shows_efficiency_and_a_findings_badge(world, login):
                               title="t", text="t")
     html = login("bob").get(reverse("jobs-list")).content.decode()
     assert '<span class="band band-low">19%</span>' in html
-    assert "1 finding</a>" in html and "#diagnosis" in html
+    assert "1 diagnosis</a>" in html and "#diagnosis" in html and " finding</a>" not in html
 
 
 # --- The team scope, the indexes and the plans behind the 1M-job target (docs/joblist.md) ------

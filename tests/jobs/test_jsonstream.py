@@ -38,6 +38,10 @@ def test_it_streams_the_array_and_returns_the_rest_at_any_chunk_size(size):
     (b"", True, "no data"),
     (b"[1, 2]", False, "not an object"),
     (b'{"traceEvents": {"a": 1}}', False, "not a list"),
+    # issue 27: a RecursionError and a ValueError escaped before
+    (b'{"traceEvents": [' + b"[" * 100_000 + b"]" * 100_000 + b"]}", False, "nested too"),
+    (b'{"x": ' + b'{"a": ' * 100_000, False, "nested too deeply"),
+    (b'{"traceEvents": [' + b"9" * 5000 + b"]}", False, "a number too long to read"),
 ])
 def test_bad_input_says_what_is_wrong(data, not_json, message):
     with pytest.raises(JsonStreamError, match=message) as caught:

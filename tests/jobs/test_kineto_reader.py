@@ -113,6 +113,18 @@ def test_zero_and_negative_durations_are_tolerated(tmp_path):
     assert analyze([trace]).ranks  # the analysis still runs on the rest
 
 
+def test_infinite_times_are_dropped_but_huge_finite_ones_refuse_the_file(tmp_path):
+    """A profiler's glitch (NaN, an infinity) is skipped and counted; a finite time no
+    profiler writes (1e300, past 1e16 us) makes the file unreadable (issue 27)."""
+    doc = _doc()
+    doc["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "x", "pid": 1,
+                               "tid": 5, "ts": float("inf"), "dur": 1.0})
+    assert KinetoReader().read(_write(tmp_path / "a.json", doc)).dropped == 1
+    doc["traceEvents"][-1]["ts"] = 1e300
+    with pytest.raises(AdapterError, match=r"a.json has a time of 1e\+300 µs"):
+        KinetoReader().read(_write(tmp_path / "a.json", doc))
+
+
 # --- Bad files ----------------------------------------------------------------------------
 
 

@@ -23,7 +23,8 @@ def test_the_full_lifecycle_is_recorded(findings_world, world, caplog):
     caplog.set_level(logging.INFO, logger="beacon.audit")
     transition(finding, staff, "assign", assignee=staff)
     transition(finding, world.users["bob"], "acknowledge", reason="looking")
-    transition(finding, world.users["alice"], "resolve", reason="the job was killed")
+    transition(finding, world.users["alice"], "comment", reason="the job was killed")
+    transition(finding, staff, "resolve", reason="the job was killed")
     transition(finding, staff, "reopen", reason="not convinced")
     transition(finding, staff, "suppress", reason="red-team exercise",
                until=timezone.now() + timedelta(days=3))
@@ -33,13 +34,14 @@ def test_the_full_lifecycle_is_recorded(findings_world, world, caplog):
         ("opened", None, None, "", "open"),
         ("assigned", "staff", "staff", "open", "open"),
         ("acknowledged", "bob", "staff", "open", "acknowledged"),
-        ("resolved", "alice", "staff", "acknowledged", "resolved"),
+        ("commented", "alice", "staff", "acknowledged", "acknowledged"),
+        ("resolved", "staff", "staff", "acknowledged", "resolved"),
         ("reopened", "staff", "staff", "resolved", "open"),
         ("suppressed", "staff", "staff", "open", "suppressed"),
     ]
     finding.refresh_from_db()
     assert finding.status == "suppressed" and finding.status_reason == "red-team exercise"
-    assert sum('"finding_' in r.getMessage() for r in caplog.records) == 5
+    assert sum('"action": "finding"' in r.getMessage() for r in caplog.records) == 6
 
 
 @pytest.mark.parametrize(("action", "kwargs", "message"), [
@@ -88,8 +90,9 @@ def test_the_page_form_applies_an_action_and_reports_refusals(findings_world, lo
     url = reverse("security-transition", args=[finding.pk])
     page = login("bob").post(url, {"action": "acknowledge"}, follow=True)
     assert "Finding acknowledged." in page.content.decode()
-    page = login("bob").post(url, {"action": "resolve"}, follow=True)
-    assert "a reason is required" in page.content.decode()
+    page = login("bob").post(url, {"action": "comment"}, follow=True)
+    assert "write the comment" in page.content.decode()
+    assert login("bob").post(url, {"action": "resolve", "reason": "x"}).status_code == 403
     assert login("bob").post(url, {"action": "suppress", "reason": "x",
                                    "until": "2099-01-01"}).status_code == 403
     page = login("staff").post(url, {"action": "suppress", "reason": "drill",
@@ -101,11 +104,13 @@ def test_the_page_form_applies_an_action_and_reports_refusals(findings_world, lo
 def test_the_api_applies_an_action_and_declares_refusals(findings_world, login):
     finding = findings_world["miner_in_job"]
     url = reverse("api:finding-transition", args=[finding.pk])
-    ok = login("alice").post(url, {"action": "resolve", "reason": "token revoked"},
+    assert login("alice").post(url, {"action": "resolve", "reason": "token revoked"},
+                               content_type="application/json").status_code == 403
+    ok = login("staff").post(url, {"action": "resolve", "reason": "token revoked"},
                              content_type="application/json")
     assert ok.status_code == 200 and ok.json()["status"] == "resolved"
-    assert ok.json()["events"][-1]["actor"] == "alice"
-    again = login("alice").post(url, {"action": "resolve", "reason": "x"},
+    assert ok.json()["events"][-1]["actor"] == "staff"
+    again = login("staff").post(url, {"action": "resolve", "reason": "x"},
                                 content_type="application/json")
     assert again.status_code == 400 and "cannot resolve" in again.json()["detail"]
     assert login("alice").post(url, {"action": "reopen"}, content_type="application/json") \

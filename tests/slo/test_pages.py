@@ -97,7 +97,8 @@ def test_the_team_page_renders_from_stored_results(evaluated, login):
 
 def test_the_csv_export_has_a_line_per_scorecard_and_its_breakdown(evaluated, login):
     response = login("alice").get(reverse("slo-team-export", args=["nlp"]))
-    assert response["Content-Type"] == "text/csv"
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    assert "private" in response["Cache-Control"] and "no-store" in response["Cache-Control"]
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
     summaries = [r for r in rows if r["detail"] == "summary"]
     assert [r["slo"] for r in summaries] == ["Queue wait", "Job success", "GPU efficiency"]

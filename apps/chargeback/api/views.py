@@ -18,7 +18,6 @@ from drf_spectacular.utils import (
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -31,6 +30,7 @@ from apps.chargeback.api import serializers as s
 from apps.chargeback.filters import MONTH_PATTERN, StatementFilterSet, UsageFilterSet
 from apps.chargeback.models import BillingPeriod, Rate, Reconciliation, Statement
 from apps.clusters.models import Cluster
+from apps.core.api.parsers import BoundedJSONParser
 from apps.core.api.strict import StrictLimitOffsetPagination, StrictQueryParams
 from apps.core.errors import AdapterError, TransientAdapterError
 from apps.jobs.models import Job
@@ -85,7 +85,7 @@ class RateViewSet(viewsets.ModelViewSet):
     filter_backends = [StrictQueryParams]
     required_action = VIEW
     write_action = ADMIN
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
     http_method_names = ["get", "post", "put", "patch", "delete"]
 
     def perform_create(self, serializer: Any) -> None:
@@ -116,7 +116,7 @@ class PeriodViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     write_action = ADMIN
     lookup_field = "month"
     lookup_value_regex = MONTH_PATTERN.strip("^$")
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     def _month(self) -> date:
         try:
@@ -153,7 +153,7 @@ class StatementViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = StatementFilterSet
     required_action = VIEW
     write_action: str | None = None  # finalise and adjustments: admins (RolePermission)
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     def get_queryset(self) -> Any:
         qs = Statement.objects.visible_to(self.request.user).select_related("team", "period")
@@ -192,7 +192,8 @@ class StatementViewSet(viewsets.ReadOnlyModelViewSet):
     def csv(self, request: Request, pk: str | None = None) -> HttpResponse:
         """The statement as CSV (the same as ``manage.py chargeback --format csv``)."""
         statement = self.get_object()
-        return HttpResponse(services.export_csv([statement]), content_type="text/csv")
+        return HttpResponse(services.export_csv([statement]),
+                            content_type="text/csv; charset=utf-8")
 
 
 class ReconciliationViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -203,7 +204,7 @@ class ReconciliationViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewS
     pagination_class = StrictLimitOffsetPagination
     filter_backends = [StrictQueryParams]
     required_action = ADMIN
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     def get_queryset(self) -> Any:
         if not (self.request.user.is_active and self.request.user.is_staff):

@@ -7,10 +7,15 @@ schema-violating request accepted; for callers it is a silent wrong answer.
 
 from __future__ import annotations
 
+import re
+from datetime import UTC
 from typing import Any
 
 import django_filters
-from rest_framework.exceptions import ValidationError
+from django.core.exceptions import FieldDoesNotExist
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.filters import BaseFilterBackend
 from rest_framework.pagination import CursorPagination, LimitOffsetPagination
 
@@ -18,6 +23,7 @@ from rest_framework.pagination import CursorPagination, LimitOffsetPagination
 _MULTI = (django_filters.MultipleChoiceFilter,)
 _BLANK_OK = (django_filters.CharFilter,)
 _BOOLEANS = {"true", "false"}
+_BASE64 = re.compile(r"[A-Za-z0-9+/]*={0,2}")  # what CursorPagination.encode_cursor writes
 
 
 class StrictQueryParams(BaseFilterBackend):
@@ -99,11 +105,17 @@ class StrictLimitOffsetPagination(LimitOffsetPagination):
 
 
 class StrictCursorPagination(CursorPagination):
-    """``page_size`` 1..max_page_size, or a 400. A bad cursor stays DRF's 404."""
+    """``page_size`` 1..max_page_size, or a 400; a cursor that is not one this API wrote is a
+    400 too (DRF answers 404 to bad base64, and a 500 to a well-formed cursor whose position
+    is not a value of the ordering field: a tampered ``p=`` reached the database).
+    """
 
     page_size = 50
     max_page_size = 500
     page_size_query_param = "page_size"
+    invalid_cursor_message = ("not a cursor this API wrote: follow the next or previous link "
+                              "of an earlier page unchanged, or leave cursor out for the first "
+                              "page")
 
     def get_schema_operation_parameters(self, view: Any) -> list[Any]:
         return _with_bounds(super().get_schema_operation_parameters(view), {
@@ -112,3 +124,44 @@ class StrictCursorPagination(CursorPagination):
     def get_page_size(self, request: Any) -> int | None:
         size = _strict_int(request, self.page_size_query_param, 1, self.max_page_size)
         return self.page_size if size is None else size
+
+    def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> Any:
+        self._model = queryset.model  # decode_cursor checks the position against its field
+        return super().paginate_queryset(queryset, request, view)
+
+    def decode_cursor(self, request: Any) -> Any:
+        encoded = request.query_params.get(self.cursor_query_param)
+        if encoded is not None and not _BASE64.fullmatch(encoded):
+            # b64decode drops what is not base64 ("\x00" read as an empty cursor)
+            raise self._refused()
+        try:
+            cursor = super().decode_cursor(request)
+        except NotFound:
+            raise self._refused() from None
+        if cursor is not None and cursor.position is not None and \
+                not _is_position(self._model, self.ordering[0].lstrip("-"), cursor.position):
+            raise self._refused()
+        return cursor
+
+    def _refused(self) -> ValidationError:
+        return ValidationError({self.cursor_query_param: [self.invalid_cursor_message]})
+
+
+def _is_position(model: type[models.Model], name: str, position: object) -> bool:
+    """Whether ``position`` reads as a value of the field ``name``, as the cursor filter will
+    compare it: a date-time with its offset and within the calendar in UTC, a number in range."""
+    try:
+        field = model._meta.get_field(name)
+        if not isinstance(field, models.Field):
+            return False  # a relation's reverse side is never a cursor position
+        value = field.to_python(position)
+        if isinstance(field, models.DateTimeField):
+            if value.tzinfo is None:
+                return False  # this API writes aware times; a naive one is not ours
+            value.astimezone(UTC)  # 9999-12-31T23:59-23:59 is past the calendar's end in UTC
+        elif isinstance(field, models.IntegerField):
+            return bool(-(2**63) <= value < 2**63)
+        return True
+    except (FieldDoesNotExist, DjangoValidationError, ValueError, TypeError, OverflowError,
+            AttributeError):
+        return False

@@ -175,3 +175,24 @@ def nav_link(context: dict[str, Any], url_name: str, label: str, *also_active: s
     active = current is not None and current in (url_name, *also_active)
     return format_html('<a href="{}"{}>{}</a>', reverse(url_name),
                        mark_safe(' aria-current="page"') if active else "", label)
+
+
+# Outside text (a job's comment, work dir, node list; Slurm takes 200,000 characters without
+# complaint) is shown up to LONG_TEXT_SHOWN characters; the rest opens in a <details>, up to
+# LONG_TEXT_MAX in all, so one hostile record cannot make a page of megabytes (issue 27).
+LONG_TEXT_SHOWN = 300
+LONG_TEXT_MAX = 20_000
+
+
+@register.filter
+def long_text(value: Any, shown: int = LONG_TEXT_SHOWN) -> str:
+    """The text, escaped; past ``shown`` characters the rest behind "show all"."""
+    text = "" if value is None else str(value)
+    if len(text) <= shown:
+        return format_html("{}", text)
+    rest = text[shown:LONG_TEXT_MAX]
+    left_out = len(text) - shown - len(rest)
+    note = format_html(' <span class="muted">… {} more characters not shown here (the API has '
+                       'the full text)</span>', f"{left_out:,}") if left_out else ""
+    return format_html('{}<details class="long-text"><summary>… show all {} characters'
+                       '</summary>{}{}</details>', text[:shown], f"{len(text):,}", rest, note)

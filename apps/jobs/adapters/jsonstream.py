@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
+import sys
 from collections.abc import Callable, Generator, Iterator
 from json.scanner import make_scanner
 from typing import IO, Any
@@ -118,6 +119,14 @@ class _Buffer:
                 if self._grow():
                     continue
                 raise JsonStreamError(_describe(exc, self.pos)) from exc
+            except RecursionError:
+                # The C scanner recurses once per level. Real documents nest a handful of
+                # levels (orjson, on the batch path, stops at 1024): deeper is not data.
+                raise JsonStreamError("lists or objects nested too deeply (over about a "
+                                      "thousand levels)", not_json=False) from None
+            except ValueError as exc:  # an integer of more than 4300 digits (CVE-2020-10735)
+                raise JsonStreamError(f"a number too long to read ({sys.get_int_max_str_digits()}"
+                                      f" digits at most)", not_json=False) from exc
             # a number cut by a chunk boundary decodes "successfully" too: wait for more
             if end == len(self.text) and self._grow():
                 continue

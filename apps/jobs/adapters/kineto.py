@@ -35,6 +35,10 @@ MIB = 1 << 20
 # A bomb is recognised early by its expansion ratio, once this much has come out of it.
 RATIO_CHECK_AFTER = 16 * MIB
 TRACE_SUFFIXES = (".json", ".gz")
+# Times and durations are microseconds. 1e16 us is 317 years: as epoch microseconds the year
+# 2286, as a duration longer than any job. Past it a file is corrupt or made up (1e300 went
+# on to overflow the date conversions), and it is refused rather than read.
+MAX_TIME_US = 1e16
 
 _KEPT_CPU_OPS = (
     "autograd::engine::evaluate_function",
@@ -307,7 +311,9 @@ class _Parsed:
         if correlation.__class__ is not int:
             return
         ts, dur = _time(raw.get("ts")), _time(raw.get("dur", 0))
-        if ts is None or dur is None or not (0 <= dur < _INF and -_INF < ts < _INF):
+        if ts is None or dur is None or not (0 <= dur < MAX_TIME_US and -MAX_TIME_US < ts <
+                                             MAX_TIME_US):
+            _unusable(ts, dur)
             self.dropped += 1
         else:
             self.launches.setdefault(correlation, ts)
@@ -317,7 +323,10 @@ class _Parsed:
         path = Path(source)
         if self.seen_events == 0:
             raise _error(path, "is not a PyTorch profiler trace: it has no traceEvents")
-        base = self.base_time_ns if isinstance(self.base_time_ns, int) else None
+        base = _int_or_none(self.base_time_ns)
+        if base is not None and not 0 <= base < MAX_TIME_US * 1000:
+            raise _error(path, f"has a baseTimeNanoseconds of {base:.3g}, outside 0 to "
+                               f"{MAX_TIME_US * 1000:.0e} ns (the year 2286): a corrupt file?")
         notes = [f"{self.dropped} events with a negative duration or a non-numeric time "
                  f"were ignored"] if self.dropped else []
         distributed = _distributed(path, self.distributed)
@@ -359,6 +368,10 @@ def _parse(path: Path, chunks: Iterator[bytes]) -> _Parsed:
     parsed = _Parsed(events=[])
     try:
         members = walk(chunks, "traceEvents", parsed.take, prefilter=_unneeded_removed)
+    except TimeOutOfRange as exc:
+        raise _error(path, f"has a time of {exc.value:.3g} µs, past the {MAX_TIME_US:.0e} µs "
+                           f"a trace can hold (317 years; as epoch microseconds the year "
+                           f"2286): a corrupt file?") from None
     except JsonStreamError as exc:
         if exc.not_json:
             raise _error(path, f"is not valid JSON (truncated or corrupt): {exc}",
@@ -400,8 +413,8 @@ def _event(raw: dict[str, Any]) -> TraceEvent | object | None:
     ts, dur = _time(raw.get("ts")), _time(raw.get("dur", 0))
     if ts is None or dur is None:
         return _DROPPED
-    if not (0 <= dur < _INF and -_INF < ts < _INF):  # NaN fails both
-        return _DROPPED
+    if not (0 <= dur < MAX_TIME_US and -MAX_TIME_US < ts < MAX_TIME_US):  # NaN fails both
+        return _unusable(ts, dur)
     device = -1
     if kind is Kind.KERNEL or kind is Kind.MEMORY:
         pid = raw.get("pid")
@@ -415,7 +428,21 @@ def _event(raw: dict[str, Any]) -> TraceEvent | object | None:
     )
 
 
-_INF = math.inf
+class TimeOutOfRange(Exception):
+    """A finite time or duration past ``MAX_TIME_US``: the file is refused (``_parse``)."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(value)
+        self.value = value
+
+
+def _unusable(ts: float | None, dur: float | None) -> object:
+    """``_DROPPED`` for what is skipped and counted (a negative duration, NaN, an infinity:
+    a profiler's glitch); raises ``TimeOutOfRange`` for a number no profiler writes."""
+    for value in (ts, dur):
+        if value is not None and math.isfinite(value) and abs(value) >= MAX_TIME_US:
+            raise TimeOutOfRange(value)
+    return _DROPPED
 
 
 def _kept_cpu_op(name: str) -> bool:

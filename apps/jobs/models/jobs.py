@@ -129,6 +129,14 @@ class Job(models.Model):
         help_text="Where the GPU count came from: accounting (allocated TRES) or, where "
                   "accounting does not track gres/gpu, the job's request (tres_per_job, "
                   "tres_per_node, tres_per_task, gpus_per_node) or gres_detail")
+    # What the job asked for (issue 26): a pending job holds nothing yet, so its page shows
+    # this. From Slurm's request fields (``adapters/slurm/requested.py``); null: not said.
+    req_gpus = models.IntegerField(null=True, blank=True, help_text="GPUs asked for")
+    req_cpus = models.IntegerField(null=True, blank=True, help_text="CPUs asked for")
+    req_memory_mb = models.BigIntegerField(
+        null=True, blank=True, help_text="Memory asked for, the whole job's (MB)")
+    req_nodes = models.IntegerField(null=True, blank=True, help_text="Nodes asked for")
+    tres_req = models.TextField(blank=True, help_text="Requested TRES as Slurm prints them")
     # Plausibility at the door (issue 25): a record Slurm should never have produced (more
     # GPUs than the cluster has, an end before its start, times centuries away) is stored,
     # with the reasons, and kept out of chargeback and SLOs until an admin accepts it.
@@ -163,6 +171,8 @@ class Job(models.Model):
             models.Index(fields=["team", "state", "-submit_time", "-id"],
                          name="job_team_state_submit"),
             models.Index(fields=["-submit_time", "-id"], name="job_submit"),
+            # a user's jobs by Slurm name (``?user=``, the search box), whoever sees them
+            models.Index(fields=["user_name", "-submit_time", "-id"], name="job_username_submit"),
             models.Index(fields=["cluster", "array_job_id"], name="job_array"),
             models.Index(fields=["cluster", "state"], name="job_state"),
             # the few flagged records (issue 25): the admins' list and count read only these

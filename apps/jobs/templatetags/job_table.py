@@ -94,7 +94,8 @@ def _array_summary(job: Any, array: dict[str, Any], scope: str) -> str:
 
 
 def _efficiency_cells(job: Any, url: str) -> str:
-    """The Computing cell (the efficiency band) and the Findings cell (a badge)."""
+    """The Computing cell (the efficiency band) and the Diagnosis cell (a badge). "Finding"
+    is the security pages' word (issue 26): here it is what the diagnosis rules found."""
     useful = getattr(job, "useful", None)
     if useful is None:
         cell = '<td class="num"><span class="muted">—</span></td>'
@@ -108,4 +109,4 @@ def _efficiency_cells(job: Any, url: str) -> str:
     if not count:
         return cell + "<td></td>"
     return (cell + f'<td><a class="tag tag-bad" href="{url}#diagnosis">{count} '
-            f'finding{"" if count == 1 else "s"}</a></td>')
+            f'diagnos{"is" if count == 1 else "es"}</a></td>')

@@ -8,13 +8,13 @@ from typing import Any
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.accounts.permissions import ADMIN, VIEW
 from apps.chargeback.services import parse_month
 from apps.clusters.models import SlurmAccount
+from apps.core.api.parsers import BoundedJSONParser
 from apps.core.api.strict import StrictLimitOffsetPagination, StrictQueryParams
 from apps.core.errors import AdapterError, TransientAdapterError
 from apps.quotas import services
@@ -43,7 +43,7 @@ class QuotaAccountViewSet(viewsets.ReadOnlyModelViewSet):
     filter_backends = [StrictQueryParams]
     required_action = VIEW
     write_action: str | None = None  # preview and apply: admins (RolePermission)
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
 
     def get_queryset(self) -> Any:
         return visible_accounts(self.request.user)

@@ -80,8 +80,9 @@ class FindingDetailSerializer(FindingSerializer):
 
 
 class TransitionSerializer(serializers.Serializer):
-    """A lifecycle action: acknowledge, resolve (reason), suppress (reason and until, admins),
-    reopen (admins), assign (assignee: an admin's username)."""
+    """A lifecycle action: comment (reason: the text), acknowledge, resolve (reason; a high or
+    critical finding: admins or SECURITY_CLOSE_ROLE), suppress (reason and until, the same),
+    reopen (admins), assign (assignee: an admin's username; also given with another action)."""
 
     action = serializers.ChoiceField(choices=sorted(TRANSITIONS))
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)

@@ -12,12 +12,12 @@ from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound
 from rest_framework.exceptions import PermissionDenied as ApiPermissionDenied
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.accounts.permissions import ADMIN, VIEW
 from apps.clusters.models import Cluster
+from apps.core.api.parsers import BoundedJSONParser
 from apps.core.api.strict import StrictCursorPagination
 from apps.security import findings, ingest
 from apps.security.api.serializers import (
@@ -65,7 +65,9 @@ class FindingViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"], filter_backends=[], pagination_class=None,
             write_action=VIEW)
     def transition(self, request: Request, pk: str | None = None) -> Response:
-        """Acknowledge or resolve (whoever sees it); suppress, reopen or assign (admins)."""
+        """Comment or acknowledge (whoever sees it); resolve (a high or critical finding:
+        admins or the site's close role, never its subject); suppress (the same);
+        reopen or assign (admins). Every action is in the audit log."""
         finding = self.get_object()
         body = TransitionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -101,7 +103,8 @@ class SecurityIngestViewSet(viewsets.GenericViewSet):
     write_action = ADMIN
     filter_backends: list[Any] = []
     pagination_class = None
-    parser_classes = [JSONParser]  # JSON documents only (the schema says so too)
+    parser_classes = [BoundedJSONParser]  # JSON documents only (the schema says so too)
+    throttle_scope = "ingest"  # INGEST_RATE_*: a whole cluster's collectors share one token
 
     @extend_schema(request=SshdIngestSerializer, responses={201: IngestResultSerializer})
     @action(detail=False, methods=["post"], serializer_class=SshdIngestSerializer)

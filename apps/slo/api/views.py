@@ -9,10 +9,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import viewsets
-from rest_framework.parsers import JSONParser
 
 from apps.accounts.permissions import ADMIN, VIEW
 from apps.core.api.fields import Conflict
+from apps.core.api.parsers import BoundedJSONParser
 from apps.core.api.strict import StrictLimitOffsetPagination
 from apps.jobs.models import Job
 from apps.slo.api import serializers as s
@@ -36,7 +36,7 @@ class ObjectiveViewSet(viewsets.ModelViewSet):
     filterset_class = ObjectiveFilterSet
     required_action = VIEW
     write_action = ADMIN
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
     http_method_names = ["get", "post", "put", "patch", "delete"]
 
     def get_queryset(self) -> Any:

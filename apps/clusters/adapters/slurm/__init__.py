@@ -4,6 +4,7 @@
 |---|---|
 | ``types`` | the frozen dataclasses every backend returns and the ``SlurmClient`` protocol |
 | ``parse``, ``parse_cluster``, ``parse_gpus`` | pure parsers: job records; the cluster; GPUs held |
+| ``requested`` | what a job asked for (GPUs, CPUs, memory, nodes, time), every data parser |
 | ``cli``, ``rest``, ``pyslurm``, ``files`` | the backends, one module each |
 | ``registry`` | backend name -> factory, and :func:`~registry.slurm_client` to build one |
 
@@ -24,6 +25,7 @@ from apps.clusters.adapters.slurm.types import (
     LimitChange,
     QueueEntry,
     RecordError,
+    ResourceRequest,
     ShareRow,
     SlurmClient,
     SlurmJob,
@@ -35,6 +37,6 @@ from apps.clusters.adapters.slurm.types import (
 
 __all__ = [
     "ACTIVE_STATES", "Action", "Association", "ExitStatus", "GpuBinding", "GpuSource",
-    "JobAllocation", "LimitChange", "QueueEntry", "RecordError", "ShareRow", "SlurmClient",
-    "SlurmJob", "SlurmNode", "SlurmPartition", "UsageRow", "change_time",
+    "JobAllocation", "LimitChange", "QueueEntry", "RecordError", "ResourceRequest", "ShareRow",
+    "SlurmClient", "SlurmJob", "SlurmNode", "SlurmPartition", "UsageRow", "change_time",
 ]

@@ -64,6 +64,12 @@ def gpus_from_slurmctld(rec: Mapping[str, Any], nodes: int, tasks: int) -> GpuRe
             for model, count in per_model.items():
                 merged[model] = merged.get(model, 0) + count
         return sum(count for count, _ in held), merged, GpuSource.GRES_DETAIL
+    return gpus_asked(rec, nodes, tasks)
+
+
+def gpus_asked(rec: Mapping[str, Any], nodes: int, tasks: int) -> GpuRequest:
+    """The GPUs slurmctld's record says the job asked for: per job, per node times nodes,
+    per task times tasks (``tres_per_job``, ``tres_per_node``, ``tres_per_task``)."""
     for field, source, times in (("tres_per_job", GpuSource.TRES_PER_JOB, 1),
                                  ("tres_per_node", GpuSource.TRES_PER_NODE, nodes),
                                  ("tres_per_task", GpuSource.TRES_PER_TASK, tasks)):

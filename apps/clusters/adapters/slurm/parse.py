@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any
 
 from apps.analysis import hostlist
-from apps.clusters.adapters.slurm import gpu_requests, values
+from apps.clusters.adapters.slurm import gpu_requests, requested, values
 from apps.clusters.adapters.slurm.types import (
     ACTIVE_STATES,
     ExitStatus,
@@ -58,9 +58,7 @@ def bitmap_tasks(bitmap: str) -> list[int]:
 # --- GPUs from allocated TRES ---------------------------------------------------------
 
 
-def _tres_text(tres: Mapping[str, int]) -> str:
-    """The TRES dict printed the way Slurm prints ``AllocTRES`` (mem in M)."""
-    return ",".join(f"{k}={v}M" if k == "mem" else f"{k}={v}" for k, v in tres.items())
+_tres_text = values.tres_text
 
 
 # --- sacct --json / slurmdbd jobs -----------------------------------------------------
@@ -192,6 +190,7 @@ def parse_sacct_job(rec: Record, parser: DataParser | None = None) -> SlurmJob:
         gpu_types=types,
         tres_alloc=_tres_text(tres),
         gpu_source=source,
+        requested=requested.from_sacct(rec),
     )
 
 
@@ -356,6 +355,7 @@ def parse_squeue_json(data: Record) -> list[QueueEntry]:
             array_task_id=_num(rec.get("array_task_id")),
             user_name=_text(rec.get("user_name")),
             gpus=gpus, gpu_types=gpu_types, gpu_source=gpu_source,
+            requested=requested.from_slurmctld(rec),
         ))
     return entries
 

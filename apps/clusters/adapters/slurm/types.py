@@ -34,6 +34,25 @@ class ExitStatus:
 
 
 @dataclass(frozen=True)
+class ResourceRequest:
+    """What a job asked for (issue 26): a pending job holds nothing yet, so its page shows
+    this rather than "GPUs 0, CPUs 0". Read by ``requested`` from every data parser's
+    request fields. None is "Slurm did not say", 0 a request of none; ``memory_mb`` is the
+    whole job's (Slurm's ``--mem`` is per node: the page divides by ``nodes``)."""
+
+    gpus: int | None = None
+    cpus: int | None = None
+    memory_mb: int | None = None
+    nodes: int | None = None
+    time_limit_min: int | None = None
+    tres: str = ""  # the request as Slurm prints TRES: ``cpu=16,mem=64G,node=1,gres/gpu=8``
+
+    @property
+    def is_known(self) -> bool:
+        return any(v is not None for v in (self.gpus, self.cpus, self.memory_mb, self.nodes))
+
+
+@dataclass(frozen=True)
 class SlurmJob:
     """One job record from accounting (sacct / slurmdbd): everything ``Job`` stores.
 
@@ -82,6 +101,7 @@ class SlurmJob:
     # where ``gpus``/``gpu_types`` came from (``GpuSource``): accounting's allocated TRES, or,
     # on a site whose accounting does not track gres/gpu, the job's request or gres_detail
     gpu_source: str = ""
+    requested: ResourceRequest = field(default_factory=ResourceRequest)
 
     @property
     def is_finished(self) -> bool:
@@ -134,6 +154,8 @@ class QueueEntry:
     gpus: int = 0
     gpu_types: Mapping[str, int] = field(default_factory=dict)
     gpu_source: str = ""
+    # what it asks for now (``scontrol update`` may change a pending job's request)
+    requested: ResourceRequest = field(default_factory=ResourceRequest)
 
 
 @dataclass(frozen=True)

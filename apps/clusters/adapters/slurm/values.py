@@ -190,6 +190,11 @@ def parse_tres_string(spec: str) -> dict[str, int]:
     return out
 
 
+def tres_text(tres: Mapping[str, int]) -> str:
+    """A TRES dict printed the way Slurm prints ``AllocTRES``/``ReqTRES`` (mem in M)."""
+    return ",".join(f"{k}={v}M" if k == "mem" else f"{k}={v}" for k, v in tres.items())
+
+
 def tres_list(items: Any) -> dict[str, int]:
     """``[{"type": "gres", "name": "gpu:h100", "count": 8}]`` to ``{"gres/gpu:h100": 8}``."""
     out: dict[str, int] = {}

@@ -27,7 +27,7 @@ def move_idle_rules(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0016_job_implausible_index'),
+        ('jobs', '0018_job_requested_resources'),
     ]
 
     operations = [
