@@ -534,12 +534,16 @@ SLO_WEBHOOK_TIMEOUT = env_int("SLO_WEBHOOK_TIMEOUT", 10, minimum=1)
 
 # A sample, a GPU or a job busy under this percent did no work (the efficiency split, the
 # idle alert, the idle findings and the digest all read it).
-IDLE_BELOW_PERCENT = env_int("IDLE_BELOW_PERCENT", 5, minimum=1)
+# (GUARDRAILS_IDLE_BELOW_PERCENT and GUARDRAILS_MEMORY_HELD_MIB, their names before issue 26,
+# are still read when the new names are unset, so an upgraded site keeps its thresholds.)
+IDLE_BELOW_PERCENT = env_int("IDLE_BELOW_PERCENT",
+                             env_int("GUARDRAILS_IDLE_BELOW_PERCENT", 5, minimum=1), minimum=1)
 # A job busy under this percent of its run (and not idle) is "mostly idle".
 MOSTLY_IDLE_BELOW_PERCENT = env_int("MOSTLY_IDLE_BELOW_PERCENT", 15, minimum=1)
 # An idle GPU holding this much memory holds it (a bare CUDA context, a few hundred MiB,
 # does not): the efficiency split's "idle, memory held" and the memory-held alert.
-MEMORY_HELD_MIB = env_int("MEMORY_HELD_MIB", 1024, minimum=1)
+MEMORY_HELD_MIB = env_int("MEMORY_HELD_MIB", env_int("GUARDRAILS_MEMORY_HELD_MIB", 1024, minimum=1),
+                          minimum=1)
 # A job idle with its memory held this percent of its run "held its memory".
 IDLE_HELD_PERCENT = env_int("IDLE_HELD_PERCENT", 50, minimum=1)
 # A job is read as idle or mostly idle only over at least this many hours of run.
