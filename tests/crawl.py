@@ -6,6 +6,11 @@ page it visited) whose target id is not on the page, and every absolute link tha
 the address the portal is served on (``served``: links in pages, alerts and digests come
 from ``SITE_URL``, which must be that address).
 
+It also records every figure a page marks as a fact (``apps/core/facts.py``: ``data-fact``,
+``data-subject``, ``data-value``, ``data-at``), which ``tests/facts.py`` compares across
+pages, and every form error (``class="error"`` or ``errorlist``) on the answer to a form
+submitted with its default values: a form may not complain about its own defaults.
+
 Bounded so a run stays short on a demo with thousands of jobs: at most ``per_route`` pages
 per URL name (job pages, statements, ... differ only by their object) and ``max_pages`` in
 all. Used by ``tests/core/test_crawl.py``.
@@ -37,6 +42,7 @@ class Form:
     method: str
     fields: list[tuple[str, str]]
     page: str
+    required_empty: bool = False  # a required field left blank: a browser would not send it
 
     @property
     def key(self) -> tuple[str, str, tuple[str, ...]]:
@@ -56,10 +62,15 @@ class _PageParser(HTMLParser):
         self._select: tuple[str, list[str], list[str]] | None = None  # name, options, selected
         self._textarea: tuple[str, list[str]] | None = None
         self._buttons: list[tuple[str, str]] = []
+        self.facts: list[Stated] = []
+        self._fact: tuple[dict[str, str], list[str]] | None = None
+        self.errors: list[str] = []  # the text of every element styled as a form error
+        self._error: list[Any] | None = None  # [tag, depth, texts]
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
         self._pre += tag == "pre"
+        self._marks(tag, a)
         if a.get("id"):
             self.ids.add(a["id"])
         if tag == "a" and a.get("name"):
@@ -78,9 +89,20 @@ class _PageParser(HTMLParser):
         elif self._form is not None:
             self._field(tag, a)
 
+    def _marks(self, tag: str, a: dict[str, str]) -> None:
+        """A stated fact, or a form error, opens here."""
+        if a.get("data-fact"):
+            self._fact = (a, [])
+        if self._error is not None:
+            self._error[1] += tag == self._error[0]
+        elif ERROR_CLASSES & set(a.get("class", "").split()):
+            self._error = [tag, 1, []]
+
     def _field(self, tag: str, a: dict[str, str]) -> None:
         assert self._form is not None
         name, kind = a.get("name", ""), a.get("type", "text").lower()
+        if "required" in a and not a.get("value") and tag == "input":
+            self._form.required_empty = True
         if tag == "input" and name and kind not in ("file", "submit", "button", "image",
                                                     "reset", "checkbox", "radio"):
             self._form.fields.append((name, a.get("value", "")))
@@ -99,6 +121,10 @@ class _PageParser(HTMLParser):
             self._textarea = (name, [])
 
     def handle_data(self, data: str) -> None:
+        if self._fact is not None:
+            self._fact[1].append(data)
+        if self._error is not None:
+            self._error[2].append(data)
         if self._textarea is not None:
             self._textarea[1].append(data)
         if self._pre:  # a stored message (a digest, an alert): its URLs are links to follow
@@ -106,6 +132,17 @@ class _PageParser(HTMLParser):
 
     def handle_endtag(self, tag: str) -> None:
         self._pre -= tag == "pre" and self._pre > 0
+        if tag == "span" and self._fact is not None:
+            a, text = self._fact
+            self.facts.append(Stated(self.page.removeprefix("http://testserver"), a["data-fact"],
+                                     a.get("data-subject", ""), a.get("data-value", ""),
+                                     "".join(text).strip(), a.get("data-at", "")))
+            self._fact = None
+        if self._error is not None and tag == self._error[0]:
+            self._error[1] -= 1
+            if self._error[1] == 0:
+                self.errors.append(" ".join("".join(self._error[2]).split()))
+                self._error = None
         if self._form is None:
             return
         if tag == "select" and self._select is not None:
@@ -131,6 +168,7 @@ def _route(url: str) -> str:
 
 
 SERVED = "http://testserver"  # the test client's address
+ERROR_CLASSES = {"error", "errorlist"}  # how pages show a form's errors
 _URL = re.compile(r"https?://[^\s<>\"')]+")
 # Reference sites a page may cite (a finding's ATT&CK technique): not the portal, so never
 # "another address of it". Anything else absolute must be on the served address.
@@ -152,6 +190,19 @@ def _on(address: str, url: str) -> bool:
     return (a.scheme, a.netloc) == (u.scheme, u.netloc)
 
 
+@dataclass(frozen=True)
+class Stated:
+    """A figure one page states (``apps/core/facts.py``): the text shown and its canonical
+    text (``value``, with its unit), and the moment it describes (``at``, "" for now)."""
+
+    page: str
+    fact: str
+    subject: str
+    value: str
+    shown: str
+    at: str
+
+
 @dataclass
 class Report:
     """What one pass saw: every request and the faults among them."""
@@ -161,6 +212,8 @@ class Report:
     broken_links: list[str] = field(default_factory=list)
     missing_anchors: list[str] = field(default_factory=list)  # "#x" with no id="x" there
     offsite_links: list[str] = field(default_factory=list)  # absolute, not the served address
+    form_errors: list[str] = field(default_factory=list)  # on the answer to a form's defaults
+    facts: list[Stated] = field(default_factory=list)
     forms: int = 0
 
     def record(self, method: str, url: str, status: int, source: str, is_link: bool) -> None:
@@ -173,8 +226,11 @@ class Report:
 
 class Crawler:
     def __init__(self, client: Client, per_route: int = 3, max_pages: int = 400,
-                 served: str = SERVED) -> None:
+                 served: str = SERVED, limits: dict[str, int] | None = None,
+                 posts: bool = True) -> None:
         self.client, self.per_route, self.max_pages = client, per_route, max_pages
+        self.posts = posts  # False: a read-only walk (GET forms only), the data left as it is
+        self.limits = limits or {}  # URL name -> pages of it, where not ``per_route``
         self.served = served
         self.ids: dict[str, set[str]] = {}  # page (path and query) -> its element ids
         self.fragments: list[tuple[str, str, str]] = []  # (page, fragment, linked from)
@@ -192,7 +248,8 @@ class Crawler:
             url, source = queue.popleft()
             route = _route(url)
             from_form = source.startswith("form on")  # a form's answer is always looked at
-            if url in seen or (per_route[route] >= self.per_route and not from_form):
+            bound = self.limits.get(route, self.per_route)
+            if url in seen or (per_route[route] >= bound and not from_form):
                 continue
             seen.add(url)
             per_route[route] += 1
@@ -202,6 +259,9 @@ class Crawler:
             parser = _PageParser("http://testserver" + url)
             parser.feed(html)
             self._anchors(url, parser, report)
+            report.facts += parser.facts
+            if from_form:
+                report.form_errors += [f"{url}: {e} ({source})" for e in parser.errors]
             for link in parser.links:
                 target = _internal(link)
                 if target and not target.startswith(SKIP_PREFIXES) and target not in seen:
@@ -253,9 +313,17 @@ class Crawler:
             if url not in seen:
                 queue.appendleft((url, f"form on {form.page}"))
             return
+        if not self.posts:
+            return
         response = self.client.post(action, _multi(data))
         report.record("POST", action, response.status_code, f"form on {form.page}",
                       is_link=False)
+        if response.status_code == 200 and not form.required_empty and \
+                "html" in response.get("Content-Type", ""):
+            parser = _PageParser("http://testserver" + action)
+            parser.feed(response.content.decode("utf-8", "replace"))
+            report.form_errors += [f"POST {action}: {e} (form on {form.page})"
+                                   for e in parser.errors]
         if response.status_code in (301, 302, 303):
             target = _internal(response["Location"])
             if target and not target.startswith(SKIP_PREFIXES):

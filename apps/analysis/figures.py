@@ -29,6 +29,14 @@ def gpu_seconds_text(seconds: float, unit: bool = True) -> str:
     return gpu_hours_text(seconds / 3600, unit)
 
 
+def memory_text(size_bytes: float, unit: bool = True) -> str:
+    """Memory in use (a node's peak CPU memory) in binary gigabytes with one decimal:
+    ``344.0 GiB``. The job page's node table said "GB" for the same bytes the right-sizing
+    advice called "GiB" (issue 26)."""
+    text = f"{size_bytes / 1024**3:,.1f}"
+    return f"{text} GiB" if unit else text
+
+
 def money_text(amount: Decimal | float | int, currency: str) -> str:
     """An amount always with its currency: ``1,234.50 EUR`` (two decimals)."""
     if not currency:

@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from apps.analysis.figures import memory_text
 from apps.analysis.idleness import RULES, IdleRules, is_idle, percent
 
 TIME_SHARE = 0.5  # used under half of the limit ...
@@ -90,6 +91,7 @@ class Recommendation:
     evidence: str
     waste_gpu_hours: float = 0.0
     waste_gib: float = 0.0
+    peak_bytes: float | None = None  # the memory peak the evidence states ("mem")
 
 
 def recommend(job: FinishedJob, rules: IdleRules = RULES) -> list[Recommendation]:
@@ -178,9 +180,9 @@ def _mem(job: FinishedJob) -> Recommendation | None:
     where = (f"on the busiest of its {job.nodes} nodes" if job.nodes > 1 else "on its node")
     return Recommendation(
         "mem", f"#SBATCH --mem={suggested}G", f"--mem={asked_gib:.0f}G",
-        f"peak CPU memory in use {peak_gib:.1f} GiB {where}, of the {asked_gib:.0f} GiB "
+        f"peak CPU memory in use {memory_text(peak)} {where}, of the {asked_gib:.0f} GiB "
         "asked per node",
-        waste_gib=(asked_gib - suggested) * max(1, job.nodes))
+        waste_gib=(asked_gib - suggested) * max(1, job.nodes), peak_bytes=peak)
 
 
 def waste_by_kind(recommendations: Sequence[Recommendation]) -> dict[str, float]:

@@ -17,7 +17,8 @@ from apps.analysis.efficiency import Thresholds
 from apps.analysis.idleness import Idleness, IdleRules, read
 from apps.core.idle_rules import idle_rules
 
-__all__ = ["efficiency_thresholds", "idle_rules", "job_idleness", "run_hours", "shares"]
+__all__ = ["efficiency_thresholds", "figures_at", "idle_rules", "job_idleness", "run_hours",
+           "shares"]
 
 
 def efficiency_thresholds() -> Thresholds:
@@ -53,6 +54,17 @@ def run_hours(job: Any, metrics: Any = None, now: Any = None) -> float | None:
         hours = run.total_seconds() / 3600 if run is not None else 0.0
     measured = getattr(metrics, "measured_s", 0.0) or 0.0
     return min(hours, measured / 3600) if measured > 0 else hours
+
+
+def figures_at(job: Any, metrics: Any) -> Any:
+    """The moment a job's stored figures describe: None (the whole run: they will not change)
+    once the job has ended and its archive is complete; else the stored window's end, the
+    last snapshot of a run that goes on. Pages mark their figures with it
+    (``apps/core/facts.py``), so two pages reading one snapshot say the same."""
+    if metrics is None:
+        return None
+    ended = job.end_time is not None and not getattr(job, "is_active", False)
+    return None if ended and metrics.status == "complete" else metrics.window_end
 
 
 def job_idleness(job: Any, metrics: Any, rules: IdleRules | None = None,

@@ -33,7 +33,7 @@ from apps.analysis.straggler_story import rank_gpu
 from apps.core.templatetags.portal import duration, mb
 from apps.jobs import charts
 from apps.jobs.archive import PARTIAL_ATTEMPTS
-from apps.jobs.idleness import job_idleness
+from apps.jobs.idleness import figures_at, job_idleness
 from apps.jobs.models import (
     Job,
     JobFinding,
@@ -67,6 +67,7 @@ def metrics_card(job: Job) -> dict[str, Any]:
     if metrics is None or not metrics.has_data:
         return card
     card["idleness"] = job_idleness(job, metrics)
+    card["facts_at"] = figures_at(job, metrics)
     summaries = list(job.metric_summaries.order_by("host", "gpu_index"))
     hours = {key: getattr(metrics, field) for key, field in SPLIT_FIELDS}
     total = sum(hours.values()) or 1.0
@@ -87,7 +88,10 @@ def metrics_card(job: Job) -> dict[str, Any]:
         communication=None if single else communication_share(summaries),
         single_gpu=single, sparse=sparse_note(metrics, job.cluster),
         hours_gap=hours_gap(job, metrics),
+        mem_peak=max((n.mem_used_bytes for n in nodes if n.mem_used_bytes is not None),
+                     default=None),
     )
+    card["hours_at"] = metrics.window_end if card["hours_gap"] else card["facts_at"]
     return card
 
 
@@ -328,12 +332,21 @@ IDLE_FIELDS = ("status", "measure", "useful_hours", "waiting_hours", "held_idle_
                "no_process_hours", "window_end", "measured_s")
 
 
+def _list_split(job: Job) -> SimpleNamespace:
+    return SimpleNamespace(**{name: getattr(job, f"split_{name}", None) for name in IDLE_FIELDS})
+
+
 def list_idleness(job: Job) -> Idleness | None:
     """The idleness reading of a list row (its ``split_*`` annotations)."""
-    split = SimpleNamespace(**{name: getattr(job, f"split_{name}", None) for name in IDLE_FIELDS})
+    split = _list_split(job)
     if split.status not in JobMetrics.MEASURED or not split.measure:
         return None
     return job_idleness(job, split)
+
+
+def list_figures_at(job: Job) -> Any:
+    """The moment a list row's stored figures describe, as the job page says it."""
+    return figures_at(job, _list_split(job))
 
 
 def list_rows(jobs: QuerySet[Job], grouped: bool) -> QuerySet[Job]:

@@ -11,6 +11,7 @@ from apps.analysis.figures import (
     as_of_text,
     gpu_hours_text,
     gpu_seconds_text,
+    memory_text,
     money_text,
     share_text,
 )
@@ -46,3 +47,9 @@ def test_a_snapshot_says_when_it_was_taken():
     when = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
     assert as_of_text(when, "statement draft") == "as of 2026-12-01 01:00 UTC (statement draft)"
     assert as_of_text(when, "") == "as of 2026-12-01 01:00 UTC"
+
+
+def test_memory_is_binary_gigabytes_with_one_decimal():
+    """The node table said "GB" for the bytes the right-sizing advice called "GiB"."""
+    assert memory_text(344 * 1024**3) == "344.0 GiB"
+    assert memory_text(1.5 * 1024**4, unit=False) == "1,536.0"

@@ -102,7 +102,7 @@ def test_every_link_and_form_works_for_every_persona_twice(folder, tmp_path, set
             seen.setdefault(role, []).append(len(report.visited))
             faults += [f"pass {number}, {role} ({user.username}): {f}"
                        for f in report.server_errors + report.broken_links
-                       + report.missing_anchors + report.offsite_links]
+                       + report.form_errors + report.missing_anchors + report.offsite_links]
             assert report.forms >= 3, (role, report.forms)
     assert faults == [], "\n".join(faults)
     assert all(min(counts) >= 30 for counts in seen.values()), seen

@@ -4,6 +4,7 @@ job list say the same words and numbers."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from apps.analysis.idleness import read
@@ -35,9 +36,18 @@ def test_a_mostly_idle_job_gets_both_the_finding_and_the_alert(running, login):
     assert "memory held 92% of it" in finding.text
     page = login("bob").get(f"/jobs/testcluster/{running.job_id}/").content.decode()
     assert "No alert on this job so far" not in page
-    assert summary.split(": ", 1)[1] in page  # the efficiency card's reading
+    assert summary.split(": ", 1)[1] in _text(page)  # the efficiency card's reading
     listing = login("bob").get("/jobs/").content.decode()
-    assert f'title="{summary}">Mostly idle, GPU memory held</span>' in listing
+    assert f'title="{summary}">Mostly idle, GPU memory held <span' in listing
+    assert "Mostly idle, GPU memory held 92%" in _text(listing)
+    # the held share is marked as the same fact on the list, the card and the alert
+    held = f'data-fact="job-idle-share" data-subject="job:testcluster/{running.job_id}" ' \
+        'data-value="92%"'
+    assert held in listing and held in page
+
+
+def _text(html):
+    return re.sub(r"<[^>]+>", "", html)
 
 
 def test_a_busy_job_has_neither(running, login):

@@ -180,8 +180,8 @@ def test_a_running_jobs_header_and_charts_say_why_their_gpu_hours_differ(world, 
             allocated_gpu_hours=metrics.allocated_gpu_hours - 8 * 3)  # a snapshot 3 h old
         html = login("bob").get(_url(job)).content.decode()
         header = gpu_hours_text(job.gpu_hours)  # the one way GPU-hours print (issue 26)
-    assert re.search(rf"<dd>{header}\s+<span class=\"muted\">so far \(Slurm's allocation until "
-                     r"now\)", html)
+    assert re.search(rf'<dd><span data-fact="job-gpu-hours"[^>]*>{header}</span>\s+'
+                     r"<span class=\"muted\">so far \(Slurm's allocation until now\)", html)
     note = html.split('id="hours-gap">')[1].split("</p>")[0]
     assert f"The header's {header} count until now" in note
     assert "the 24.0 GPU-h since are not measured yet" in note

@@ -82,7 +82,8 @@ def test_every_chart_says_whether_it_is_job_exclusive_or_node_shared(straggling,
 def test_the_node_table_shows_cpu_busy_and_peak_memory(straggling, login):
     page = login("bob").get(_url(straggling))
     html = page.content.decode()
-    assert "CPU busy" in html and "42%" in html and "512.0\xa0GB" in html
+    assert "CPU busy" in html and "42%" in html
+    assert "512.0 GiB" in html  # as the right-sizing advice says it (issue 26)
     cpu = json.loads(html.split('id="fig-node-cpu" type="application/json">')[1]
                      .split("</script>")[0])
     assert cpu["data"][0]["y"][0] == pytest.approx(42.0, abs=0.4)  # percent

@@ -13,7 +13,14 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from apps.analysis.figures import as_of_text, gpu_hours_text, money_text, share_text
+from apps.analysis.figures import (
+    as_of_text,
+    gpu_hours_text,
+    memory_text,
+    money_text,
+    share_text,
+)
+from apps.core.facts import fact_html, fact_within
 
 register = template.Library()
 
@@ -54,6 +61,12 @@ def compact_json(value: Any) -> str:
     if not value:
         return ""
     return json.dumps(value, separators=(", ", ": "), sort_keys=True)[:200]
+
+
+@register.filter
+def memory(value: float | None) -> str:
+    """Bytes of memory in use as every page prints them (``344.0 GiB``); ``—`` unknown."""
+    return "—" if value is None else memory_text(value)
 
 
 @register.filter
@@ -155,6 +168,21 @@ def as_of(value: Any, how: str = "") -> str:
     if not isinstance(value, datetime):
         return ""
     return as_of_text(timezone.localtime(value) if timezone.is_aware(value) else value, how)
+
+
+@register.simple_tag(name="fact")
+def fact_tag(name: str, subject: Any, value: Any, at: datetime | None = None,
+             bare: bool = False, month: Any = None) -> str:
+    """A figure a page states, through its fact's one function and marked for the walk that
+    compares pages (``apps/core/facts.py``): ``{% fact "job-gpu-hours" job job.gpu_hours %}``."""
+    return fact_html(name, subject, value, at=at, bare=bare, month=month)
+
+
+@register.simple_tag(name="fact_within")
+def fact_within_tag(text: str, name: str, subject: Any, value: Any,
+                    at: datetime | None = None, after: str = "") -> str:
+    """A stored sentence with the fact's figure in it marked (``facts.fact_within``)."""
+    return fact_within(text, name, subject, value, at=at, after=after)
 
 
 @register.filter

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from django import template
+from django.utils.safestring import SafeString
 
+from apps.core.facts import fact_within
 from apps.guardrails import policy
 from apps.guardrails.alerts import scancel_command
 from apps.guardrails.models import Alert, Exemption, PolicyAction
@@ -27,3 +29,12 @@ def guardrails_panel(context: dict[str, Any], job: Job) -> dict[str, Any]:
             "policy_exemption": policy.exemption_for(job) if job.is_active else "",
             "job_exemption": exempt, "is_staff": user.is_staff,
             "scancel": scancel_command(job), "csrf_token": context.get("csrf_token")}
+
+
+@register.simple_tag
+def alert_text(alert: Alert) -> SafeString:
+    """What the alert says, with the idleness reading's held share marked: the reading the
+    alert was raised on, so dated by its raising (``apps/core/facts.py``)."""
+    held = (alert.detail or {}).get("held")
+    return fact_within(alert.text, "job-idle-share", alert.job, held, at=alert.raised_at,
+                       after="memory held ")

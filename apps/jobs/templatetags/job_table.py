@@ -19,8 +19,9 @@ from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from apps.analysis.figures import gpu_hours_text, share_text
+from apps.core.facts import fact_html
 from apps.core.templatetags.portal import band, duration, gpus
-from apps.jobs.presenters import list_idleness
+from apps.jobs.presenters import list_figures_at, list_idleness
 
 register = template.Library()
 SIM_TAG = ' <span class="tag tag-sim" title="simulated">sim</span>'
@@ -93,6 +94,14 @@ def _array_summary(job: Any, array: dict[str, Any], scope: str) -> str:
             f'{gpu_hours_text(array["gpu_hours"])}</div>')
 
 
+def _idle_tag(job: Any, reading: Any) -> str:
+    """The flagged reading's badge; with memory held, its share, as the job page says it."""
+    held = fact_html("job-idle-share", job, reading.held, at=list_figures_at(job)) \
+        if reading.memory_held else ""
+    return (f' <span class="tag tag-idle" title="{_e(reading.summary)}">{_e(reading.title)}'
+            f'{" " if held else ""}{held}</span>')
+
+
 def _efficiency_cells(job: Any, url: str) -> str:
     """The Computing cell (the efficiency band) and the Diagnosis cell (a badge). "Finding"
     is the security pages' word (issue 26): here it is what the diagnosis rules found."""
@@ -101,8 +110,7 @@ def _efficiency_cells(job: Any, url: str) -> str:
         cell = '<td class="num"><span class="muted">—</span></td>'
     else:
         reading = list_idleness(job)
-        tag = (f' <span class="tag tag-idle" title="{_e(reading.summary)}">{_e(reading.title)}'
-               "</span>") if reading is not None and reading.flagged else ""
+        tag = _idle_tag(job, reading) if reading is not None and reading.flagged else ""
         cell = (f'<td class="num"><span class="band band-{band(useful)}">'
                 f"{share_text(useful)}</span>{tag}</td>")
     count = getattr(job, "finding_count", None) or 0
