@@ -34,6 +34,7 @@ from apps.accounts.models import Membership
 from apps.analysis import quotas as qmath
 from apps.audit import services as audit
 from apps.audit.models import AuditEvent
+from apps.chargeback.models import Statement
 from apps.chargeback.services import current_month, month_period
 from apps.chargeback.usage import gpu_seconds, overlapping
 from apps.clusters import services as cluster_services
@@ -454,10 +455,15 @@ class AccountUsage:
     month_hours: float
     status: qmath.QuotaStatus | None
     # When each figure was taken (issue 26): the decayed usage is Slurm's sshare as last
-    # synced; the month's GPU-hours are counted live from the job records.
+    # synced; ``month_hours`` are gres/gpu device-hours counted live from the job records
+    # (the API's figure, as Slurm counts them against GrpTRESMins).
     used_as_of: datetime | None = None
     month_as_of: datetime | None = None
     burn_hours_per_day: float = 0.0
+    # The team's statement of the month: the pages' "GPU-hours this month" is its figure,
+    # as of its computation, the same the chargeback and team pages show (issue 26: the
+    # quota page said 1,500.9 live where the statement said 1,490.6 as of 01:00).
+    statement: Statement | None = None
 
     @property
     def limit_minutes(self) -> int | None:
@@ -481,12 +487,20 @@ def account_usage(account: SlurmAccount, quota: Quota | None, now: datetime) -> 
     used = float((assoc.usage_tres_mins or {}).get(TRES, 0.0)) / 60 if assoc else 0.0
     jobs = Job.objects.filter(cluster=account.cluster, account=account.name)
     burn = _hours(jobs, now - timedelta(days=BURN_DAYS), now, now) / BURN_DAYS
-    period = month_period(current_month(now))
+    period_month = current_month(now)
+    period = month_period(period_month)
     month_hours = _hours(jobs, period.start, period.end, now)
     limit = quota.gpu_minutes if quota else slurm_minutes
     status = None if limit is None else qmath.quota_status(limit / 60, used, burn, now)
     return AccountUsage(account, quota, slurm_minutes, used, month_hours, status,
-                        assoc.updated_at if assoc else None, now, burn)
+                        assoc.updated_at if assoc else None, now, burn,
+                        month_statement(account, period_month))
+
+
+def month_statement(account: SlurmAccount, month: date) -> Statement | None:
+    """The statement of ``account``'s team for ``month`` (draft or final), if computed."""
+    return (Statement.objects.filter(team_id=account.team_id, period__month=month)
+            .select_related("team", "period").first())
 
 
 def usage_for(accounts: Iterable[SlurmAccount], now: datetime | None = None) -> list[AccountUsage]:

@@ -17,6 +17,7 @@ from django.views.generic import TemplateView
 
 from apps.accounts.models import Team
 from apps.accounts.permissions import ADMIN, ActionRequiredMixin
+from apps.chargeback import services as billing
 from apps.clusters import services as cluster_services
 from apps.clusters.models import SlurmAccount
 from apps.clusters.services import Action
@@ -42,6 +43,7 @@ class QuotaHomeView(ActionRequiredMixin, TemplateView):
         ctx = super().get_context_data(**kwargs)
         user = self.request.user
         accounts = visible_accounts(user)
+        billing.request_refresh(billing.current_month())  # as the chargeback pages do
         ctx["rows"] = services.usage_for(accounts)
         ctx["changes"] = QuotaChange.objects.visible_to(user).select_related(
             "account__cluster", "actor")[:30]

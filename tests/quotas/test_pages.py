@@ -114,23 +114,44 @@ def test_a_job_held_by_the_quota_says_so_in_words(world, login):
 
 
 def test_the_quota_page_says_when_each_figure_was_taken(world, login, slurm, nlp):
-    """Issue 26: Slurm's decayed usage is as of the last sshare sync, the month's GPU-hours
-    are live; both say so, in the one way GPU-hours print."""
-    from datetime import timedelta
+    """Issue 26: Slurm's decayed usage is as of the last sshare sync; the team's GPU-hours
+    this month are its statement's, as of its computation: the figure, words and time the
+    statement page shows (the page said 1,500.9 live where the statement said 1,490.6)."""
+    from datetime import UTC, date, datetime, timedelta
 
+    import time_machine
     from django.utils import timezone
 
+    from apps.analysis.figures import gpu_hours_text
+    from apps.chargeback import services as billing
+    from apps.chargeback.models import Statement
     from apps.quotas import services
     from tests.quotas.conftest import shares
 
-    slurm.share_rows = shares({"nlp": 1500.94 * 60})
-    services.check_cluster(world.cluster, slurm, now=timezone.now() - timedelta(hours=2))
-    quota = Quota.objects.create(account=nlp, month=timezone.now().date().replace(day=1),
-                                         gpu_minutes=1200 * 60)
-    text = login("staff").get(reverse("quotas-home")).content.decode()
-    assert quota.gpu_minutes and "1,500.9 of 1,200.0 GPU-h (Slurm's decayed" in text
-    assert "(sshare)" in text and "(live)" in text
-    assert text.count("as of ") >= 2
+    with time_machine.travel(datetime(2026, 11, 20, 12, tzinfo=UTC), tick=False):
+        slurm.share_rows = shares({"nlp": 1500.94 * 60})
+        services.check_cluster(world.cluster, slurm, now=timezone.now() - timedelta(hours=2))
+        Quota.objects.create(account=nlp, month=date(2026, 11, 1), gpu_minutes=1200 * 60)
+        staff = login("staff")
+        text = staff.get(reverse("quotas-home")).content.decode()
+        assert "1,500.9 of 1,200.0 GPU-h (Slurm's decayed" in text and "(sshare)" in text
+        assert "no statement yet" in text and "(live)" not in text
+        billing.refresh_statements(date(2026, 11, 1), now=timezone.now() - timedelta(hours=1))
+        statement = Statement.objects.get(team__slug="nlp", period__month=date(2026, 11, 1))
+        figure = (f'data-subject="team:nlp/2026-11" data-value="'
+                  f'{gpu_hours_text(statement.allocated_hours)}" data-at="2026-11-20T11:00:00')
+        quotas = staff.get(reverse("quotas-home")).content.decode()
+        assert figure in quotas and "as of 2026-11-20 11:00 UTC (statement draft)" in quotas
+        edit = staff.get(reverse("quotas-edit", args=[nlp.pk])).content.decode()
+        assert figure in edit and "as of 2026-11-20 11:00 UTC (statement draft)" in edit
+        page = staff.get(reverse("chargeback-statement", args=[statement.pk])).content.decode()
+        assert figure in page
+        link = reverse("chargeback-statement", args=[statement.pk])
+        team = staff.get(reverse("accounts-team-detail", args=["nlp"])).content.decode()
+        assert figure in team and f'<a href="{link}">statement</a>' in team
+        member = login("bob").get(reverse("accounts-team-detail", args=["nlp"])).content.decode()
+        assert figure in member and link not in member  # researchers see no statements
+
 
 
 def test_the_preview_shows_the_consequence_with_the_numbers_the_page_shows_after(
