@@ -476,6 +476,7 @@ class WastefulJob:
 
     job: Job
     hours: cb.Hours
+    whole: bool = False  # the job ran inside the month (so far): its hours are all of its own
 
     @property
     def kind(self) -> str:
@@ -496,7 +497,13 @@ def wasteful_jobs_of(statement: Statement, now: datetime | None = None,
                      limit: int = 20) -> list[WastefulJob]:
     """The team's jobs that wasted most of their GPU-hours in the statement's month, most
     wasted GPU-hours first: where a statement's waste came from (live, not stored)."""
-    period = month_period(statement.period.month)
+    period, now = month_period(statement.period.month), now or timezone.now()
     rows = wasteful_jobs(Job.objects.filter(team=statement.team), period.start, period.end,
-                         now or timezone.now(), limit=limit)
-    return [WastefulJob(job, hours) for job, hours in rows]
+                         now, limit=limit)
+    return [WastefulJob(job, hours, _inside(job, period, now)) for job, hours in rows]
+
+
+def _inside(job: Job, period: cb.Period, now: datetime) -> bool:
+    """Whether the job's whole run so far lies in ``period`` (its month's hours are its own)."""
+    end = job.end_time or now
+    return job.start_time is not None and period.start <= job.start_time and end <= period.end

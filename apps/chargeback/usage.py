@@ -25,7 +25,6 @@ from django.db.models import (
     F,
     FilteredRelation,
     FloatField,
-    Func,
     Q,
     QuerySet,
     Sum,
@@ -35,6 +34,7 @@ from django.db.models.functions import Coalesce, Greatest, Least, NullIf
 
 from apps.accounts.models import Team
 from apps.analysis.chargeback import GroupRow, Hours, JobUsage, Split
+from apps.core.sql import Seconds
 from apps.jobs.models import Job, JobMetrics
 from apps.jobs.models.jobs import COUNTABLE
 
@@ -42,23 +42,6 @@ from apps.jobs.models.jobs import COUNTABLE
 MEASURED = Q(metrics__status__in=JobMetrics.MEASURED) & \
     ~Q(metrics__measure="")
 SPLIT_PARTS = ("useful", "waiting", "held_idle", "no_process")
-
-
-class Seconds(Func):
-    """Seconds from ``b`` to ``a`` (two datetimes), in SQL, per database."""
-
-    output_field = FloatField()
-    arity = 2
-
-    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return self.as_sql(compiler, connection,
-                           template="EXTRACT(EPOCH FROM (%(expressions)s))::double precision",
-                           arg_joiner=" - ", **extra)
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return self.as_sql(compiler, connection,
-                           template="((julianday(%(expressions)s)) * 86400.0)",
-                           arg_joiner=") - julianday(", **extra)
 
 
 def _dt(value: datetime) -> Value:

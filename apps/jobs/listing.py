@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
-from django.db.models import DurationField, ExpressionWrapper, F, QuerySet, Value
+from django.db.models import DurationField, ExpressionWrapper, F, FloatField, QuerySet, Value
 from django.db.models.expressions import Combinable, OrderBy
 from django.db.models.functions import Coalesce
 from django.http import QueryDict
@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from apps.accounts.permissions import lead_team_ids
 from apps.core.filtering import page_filterset
+from apps.core.sql import Seconds
 from apps.jobs import presenters
 from apps.jobs.filters import JobFilterSet
 from apps.jobs.forms import JobListForm, ListChoices, default_scope
@@ -41,6 +42,13 @@ def _run_time() -> Combinable:
                              output_field=DurationField())
 
 
+def _gpu_hours() -> Combinable:
+    """GPUs x run time, as the GPU-h column (``Job.gpu_hours``) shows it; null until it starts."""
+    end = Coalesce(F("end_time"), Value(timezone.now()))
+    return ExpressionWrapper(F("gpu_equivalent") * Seconds(end, F("start_time")),
+                             output_field=FloatField())
+
+
 def _diagnoses() -> Combinable:
     return Coalesce(F("finding_count"), Value(0))
 
@@ -54,13 +62,14 @@ COLUMNS: dict[str, tuple[str, Callable[[], list[Any]], bool]] = {
     "partition": ("Partition", lambda: [F("partition")], False),
     "state": ("State", lambda: [F("state")], False),
     "gpus": ("GPUs", lambda: [F("gpu_equivalent")], True),
+    "gpu_hours": ("GPU-h", lambda: [_gpu_hours()], True),
     "computing": ("Computing", lambda: [F("useful")], True),
     "diagnosis": ("Diagnosis", lambda: [_diagnoses()], True),
     "submitted": ("Submitted", lambda: [F("submit_time")], True),
     "wait": ("Wait", lambda: [_wait()], True),
     "runtime": ("Run time", lambda: [_run_time()], True),
 }
-NUMERIC = {"gpus", "computing", "wait", "runtime"}  # right-aligned cells
+NUMERIC = {"gpus", "gpu_hours", "computing", "wait", "runtime"}  # right-aligned cells
 EFFICIENCY_ONLY = {"computing", "diagnosis"}  # columns of the job list, not every job table
 DEFAULT_SORT = "-submitted"
 
@@ -158,8 +167,8 @@ def header_cells(sort: Sort, query: str, efficiency: bool) -> list[dict[str, Any
 # --- The CSV export ------------------------------------------------------------------------
 
 CSV_HEADER = ("job", "cluster", "name", "user", "team", "account", "partition", "state",
-              "gpus", "computing_percent", "diagnoses", "submitted_utc", "wait_s", "run_time_s",
-              "array_job", "array_task")
+              "gpus", "gpu_hours", "computing_percent", "diagnoses", "submitted_utc", "wait_s",
+              "run_time_s", "array_job", "array_task")
 
 
 def csv_rows(jobs: QuerySet[Job], limit: int) -> Iterator[tuple[Any, ...]]:
@@ -177,7 +186,8 @@ def _csv_row(job: Job) -> tuple[Any, ...]:
     wait, run = job.queue_wait, job.run_time
     return (job.display_id, job.cluster.name, job.name, job.user_name,
             job.team.slug if job.team is not None else "", job.account, job.partition, job.state,
-            f"{job.gpu_equivalent:g}", "" if useful is None else round(useful * 100, 1),
+            f"{job.gpu_equivalent:g}", round(job.gpu_hours, 2),
+            "" if useful is None else round(useful * 100, 1),
             getattr(job, "finding_count", None) or 0,
             job.submit_time.astimezone(UTC).isoformat(timespec="seconds"),
             "" if wait is None else int(wait.total_seconds()),

@@ -51,6 +51,7 @@ def _key(column):
         return {"job": job.job_id, "name": job.name, "user": job.user_name,
                 "team": (job.team.slug if job.team else None, job.account),
                 "partition": job.partition, "state": job.state, "gpus": job.gpu_equivalent,
+                "gpu_hours": job.gpu_hours if job.start_time else None,
                 "computing": useful.get(job.job_id), "diagnosis": found.get(job.job_id, 0),
                 "submitted": job.submit_time, "wait": job.queue_wait,
                 "runtime": job.run_time}[column]
@@ -175,6 +176,7 @@ def test_the_export_has_the_lists_jobs_filters_and_order(varied, login):
     by_id = {r[0]: dict(zip(rows[0], r, strict=True)) for r in rows[1:]}
     assert by_id["101"]["computing_percent"] == "50.0" and by_id["101"]["gpus"] == "8"
     assert by_id["103"]["diagnoses"] == "1" and by_id["103"]["run_time_s"] != ""
+    assert by_id["101"]["gpu_hours"] == str(round(Job.objects.get(job_id=101).gpu_hours, 2))
 
 
 def test_the_export_reads_through_visible_to(world, login):

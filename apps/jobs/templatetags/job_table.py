@@ -41,7 +41,7 @@ def job_rows(context: template.Context, jobs: Any, empty_text: str = "") -> Safe
     urls = _DetailUrls()
     rows = [_row(job, arrays, scope, efficiency, urls) for job in jobs]
     if not rows:
-        rows = [f'<tr><td colspan="12" class="muted">{_e(empty_text or "No jobs.")}</td></tr>']
+        rows = [f'<tr><td colspan="13" class="muted">{_e(empty_text or "No jobs.")}</td></tr>']
     return mark_safe("\n".join(rows))  # noqa: S308  (every value inside went through _e)
 
 
@@ -81,10 +81,18 @@ def _row(job: Any, arrays: dict[Any, Any], scope: str, efficiency: bool,
     return (f'<tr>{first}</td><td class="truncate" title="{name}">{name}</td>'
             f"<td>{_e(job.user_name)}</td><td>{_e(team)}</td><td>{_e(job.partition)}</td>"
             f'<td><span class="state state-{_e(job.state.lower())}">{_e(job.state)}</span>'
-            f'{task}</td><td class="num">{gpus(job.gpu_equivalent)}</td>{extra}'
+            f'{task}</td><td class="num">{gpus(job.gpu_equivalent)}</td>'
+            f'<td class="num">{_gpu_hours(job)}</td>{extra}'
             f'<td>{submitted.strftime("%Y-%m-%d %H:%M")}</td>'
             f'<td class="num">{duration(job.queue_wait)}</td>'
             f'<td class="num">{duration(job.run_time)}</td></tr>')
+
+
+def _gpu_hours(job: Any) -> str:
+    """The job's GPU-hours as its page's header states them (none until it starts)."""
+    if job.start_time is None:
+        return '<span class="muted">—</span>'
+    return fact_html("job-gpu-hours", job, job.gpu_hours, bare=True)
 
 
 def _array_summary(job: Any, array: dict[str, Any], scope: str) -> str:
