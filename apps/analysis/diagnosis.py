@@ -50,7 +50,14 @@ FACTS: dict[str, FactSpec] = {
     "idle_gpu_share": FactSpec("share of GPUs left idle", "pct", "gpus"),
     "idle_gpus": FactSpec("idle GPUs", "text", "gpus"),
     "waiting_with_traffic": FactSpec("waiting time with NVLink/PCIe traffic", "pct", "gpus"),
-    "pcie_rx_gbs": FactSpec("host-to-GPU copies (PCIe receive) per GPU", "gbs", "gpus"),
+    "pcie_rx_gbs": FactSpec("PCIe receive per GPU (host copies and GPUDirect network data)",
+                            "gbs", "gpus"),
+    # PCIe receive split by the nodes' InfiniBand/RoCE receive (apps/analysis/data_path.py)
+    "host_rx_gbs": FactSpec("host-to-GPU copies per GPU (PCIe receive the network does not "
+                            "explain)", "gbs", "gpus"),
+    "network_rx_share": FactSpec("share of PCIe receive the network explains (GPUDirect)",
+                                 "pct", "network"),
+    "ib_rx_gbs": FactSpec("InfiniBand/RoCE receive per node", "gbs", "network"),
     # the straggler verdict from telemetry
     "straggler_found": FactSpec("straggler GPU named", "bool", "stragglers"),
     "straggler_gpu": FactSpec("straggler GPU", "text", "stragglers"),

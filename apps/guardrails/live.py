@@ -28,6 +28,7 @@ from apps.jobs.diagnosis import (
     efficiency_facts,
     health_facts,
     host_facts,
+    receive_facts,
     straggler_facts,
 )
 from apps.jobs.models import Job, JobMetrics, JobMetricSummary, JobNodeMetrics
@@ -116,6 +117,7 @@ def _facts(job: Job, metrics: JobMetrics, summaries: Sequence[JobMetricSummary],
         facts.update(straggler_facts(metrics))
         facts.update(health_facts(summaries))
         facts.update(host_facts(nodes, job.cpus, node_cpus))
+        facts.update(receive_facts(summaries, nodes, job.node_count > 1))
     return facts
 
 

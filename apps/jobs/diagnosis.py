@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from apps.accounts.models import Contact
+from apps.analysis.data_path import NodeReceive, split_receive
 from apps.analysis.diagnosis import Fact, Finding, evaluate
 from apps.analysis.health import HARDWARE_XIDS
 from apps.analysis.hostlist import expand as expand_hostlist
@@ -213,6 +214,7 @@ class _Stored:
             facts.update(network_facts(nodes))
             facts.update(host_facts(nodes, job.cpus, [
                 self.node_cpus.get((job.cluster_id, n.host), 0) for n in nodes]))
+            facts.update(receive_facts(summaries, nodes, job.node_count > 1))
         trace = self.traces.get(job.pk)
         if trace is not None:
             facts.update(trace_facts(trace))
@@ -387,6 +389,32 @@ def network_facts(nodes: Sequence[JobNodeMetrics]) -> dict[str, Fact]:
     waits = [n.ib_wait_per_s for n in nodes if n.ib_wait_per_s is not None]
     if waits:
         facts["ib_wait_per_s"] = max(waits)
+    return facts
+
+
+def receive_facts(summaries: Sequence[JobMetricSummary], nodes: Sequence[JobNodeMetrics],
+                  multi_node: bool) -> dict[str, Fact]:
+    """PCIe receive split into host copies and what the network wrote (GPUDirect RDMA).
+
+    A multi-node job whose nodes report no InfiniBand/RoCE receive (or no node rows: no
+    node_exporter) cannot be split: the facts are absent, so no rule reads its PCIe receive
+    as input (``apps/analysis/data_path.py``).
+    """
+    by_host: dict[str, list[float]] = {}
+    for s in summaries:
+        if s.pcie_rx_bps is not None:
+            by_host.setdefault(s.host, []).append(s.pcie_rx_bps)
+    rows = {n.host: n for n in nodes}
+    split = split_receive([NodeReceive(
+        host, tuple(rx), rows[host].ib_rx_bps if host in rows else None,
+        rows[host].fs_read_bps if host in rows else None) for host, rx in by_host.items()],
+        multi_node)
+    if split is None:
+        return {}
+    facts: dict[str, Fact] = {"host_rx_gbs": split.host_bps / 1e9,
+                              "network_rx_share": split.network_share}
+    if split.network_rx_bps is not None:
+        facts["ib_rx_gbs"] = split.network_rx_bps / 1e9
     return facts
 
 

@@ -136,6 +136,88 @@ def test_the_node_readings_cite_the_file_system_rate(world):
     assert cpu["input-stall-cpu"].area == "code" and cpu["input-stall-cpu"].route == "researcher"
 
 
+# Two whole nodes x 4 GPUs, each GPU receiving 6.8 GB/s over PCIe (the issue-28 job).
+WIRE = {**STALL, "pcie_rx": 6.8e9}
+GPUDIRECT = {"ib_rx": 4 * 6.8e9, "cpu_busy": 0.2, "fs_read": 5e7}
+
+
+def two_nodes(world, node, **values):
+    """bob's 8-GPU job on gpu01 and gpu02 (4 GPUs and 16 of 16 CPUs on each), archived."""
+    Node.objects.filter(name="gpu01").update(cpus=16)
+    Node.objects.create(cluster=world.cluster, name="gpu02", gpu_type="h100", gpu_count=4,
+                        cpus=16)
+    job = make_job(world.cluster, 902, world.users["bob"], world.team_a, nodes="gpu[01-02]",
+                   node_count=2, cpus=32)
+    gpus = {GpuKey(host, i): {**HEALTHY, **values} for host in ("gpu01", "gpu02")
+            for i in range(4)}
+    nodes = {host: node for host in ("gpu01", "gpu02")} if node is not None else {}
+    archive.archive_job(job, FakeSource(gpus, nodes=nodes), force=True)
+    return list(job.findings.order_by("key"))
+
+
+@pytest.mark.parametrize(("node", "values", "expected"), [
+    # PCIe receive the InfiniBand ports account for: GPUDirect collectives, not input
+    (GPUDIRECT, WIRE, ["communication-bound-gpudirect"]),
+    # the ports received a third of it: the rest are host copies, an input stall (CPUs
+    # idle, the file system read: its storage reading)
+    ({**GPUDIRECT, "ib_rx": 9e9}, WIRE, ["input-stall", "input-stall-storage"]),
+    ({**GPUDIRECT, "ib_rx": 9e9, "cpu_busy": 0.6}, WIRE, ["input-stall"]),
+    # what the ports received was the file system's (the dataset over InfiniBand)
+    ({**GPUDIRECT, "fs_read": 4 * 6.8e9}, WIRE, ["input-stall", "input-stall-storage"]),
+    # CPUs pegged on whole nodes: the host's data path points at input, whatever PCIe says
+    ({**GPUDIRECT, "cpu_busy": 0.97}, WIRE, ["input-stall-cpu"]),
+    # no InfiniBand/RoCE counters on the nodes: GPUDirect cannot be told apart, no verdict
+    ({"cpu_busy": 0.2, "fs_read": 5e7}, WIRE, []),
+    (None, WIRE, []),  # no node_exporter at all
+    # little received over PCIe: the collectives' own rule, over NVLink
+    (GPUDIRECT, STALL | {"pcie_rx": 6e8}, ["allreduce-dominated"]),
+])
+def test_a_multi_node_job_is_an_input_stall_only_with_host_side_evidence(world, node, values,
+                                                                         expected):
+    assert keys(two_nodes(world, node, **values)) == expected
+
+
+def test_the_communication_verdict_says_what_was_seen_and_what_else_it_could_be(world):
+    Contact.objects.create(area="network", name="Fabric team")
+    [found] = two_nodes(world, GPUDIRECT, **WIRE)
+    assert found.area == "network" and found.contact.name == "Fabric team"
+    assert "received 6.8 GB/s per GPU over PCIe" in found.text
+    assert "ports received 27.2 GB/s per node, which explains 100% of it" in found.text
+    assert "It could also be input read over the network" in found.text
+    facts = {e["fact"]: e["shown"] for e in found.evidence}
+    assert facts["host_rx_gbs"] == "12 MB/s"  # the file system's 50 MB/s per node
+    assert facts["ib_rx_gbs"] == "27.2 GB/s"
+
+
+def test_the_single_node_stall_reads_its_host_copies(world):
+    [found] = archived(world.jobs["bob"], **STALL)
+    assert found.key == "input-stall"
+    assert "host-to-GPU copies ran at 2.5 GB/s per GPU (PCIe receive 2.5 GB/s" in found.text
+    assert "It could also be other copies from host memory" in found.text
+
+
+def test_the_migration_revises_shipped_rules_only_where_admins_left_them(world):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("apps.jobs.migrations.0019_gpudirect_receive")
+    stall = DiagnosisRule.objects.get(key="input-stall")
+    storage = DiagnosisRule.objects.get(key="input-stall-storage")
+    for rule in (stall, storage):  # as 0005 seeded them before issue 28
+        rule.conditions.filter(fact="host_rx_gbs").update(fact="pcie_rx_gbs")
+    stall.text = migration.OLD_STALL_TEXT
+    stall.save()
+    storage.conditions.filter(fact="pcie_rx_gbs").update(value=2.0)  # an admin's edit
+    DiagnosisRule.objects.filter(key="communication-bound-gpudirect").delete()
+    migration.forwards(apps, None)
+    stall.refresh_from_db()
+    assert ("host_rx_gbs", 1.0) in stall.conditions.values_list("fact", "value")
+    assert "{host_rx_gbs}" in stall.text
+    assert ("pcie_rx_gbs", 2.0) in storage.conditions.values_list("fact", "value")  # kept
+    assert DiagnosisRule.objects.filter(key="communication-bound-gpudirect").exists()
+
+
 def test_findings_cite_their_evidence_and_route_to_the_area_contact(world):
     global_storage = Contact.objects.create(area="data", name="Storage (all)")
     mine = Contact.objects.create(area="data", name="Storage here", cluster=world.cluster)
