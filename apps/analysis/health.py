@@ -19,8 +19,11 @@ from apps.analysis.efficiency import weights
 from apps.analysis.timeseries import Point, Series, Window, counter_increase, measured
 
 THERMAL_BITS = 0x20 | 0x40
-POWER_BITS = 0x04 | 0x80
-HW_SLOWDOWN_BITS = 0x08
+# The software power cap (0x4) is the limit doing its job: the busiest GPU reaches it
+# first. A hardware slowdown (0x8) or power brake (0x80, an external signal: the node's
+# power supply) is the device or its node acting up (issue 28).
+POWER_BITS = 0x04
+HW_SLOWDOWN_BITS = 0x08 | 0x80
 # XIDs that mean the GPU or its memory is faulty (NVIDIA's XID catalogue): the others are
 # mostly application errors (13 graphics exception, 31 MMU fault, 43 reset channel).
 HARDWARE_XIDS = frozenset({48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120})

@@ -30,6 +30,7 @@ from apps.analysis.straggler_story import (
     one_story,
     rank_gpu,
 )
+from apps.analysis.stragglers import HARDWARE_KINDS
 from apps.clusters.models import Node
 from apps.jobs.models import (
     DiagnosisRule,
@@ -279,19 +280,25 @@ def straggler_facts(metrics: JobMetrics) -> dict[str, Fact]:
     named = metrics.straggler_detail.get("stragglers", [])
     facts: dict[str, Fact] = {"straggler_found": float(bool(named)), "straggler_hardware": 0.0}
     if named:
+        # Only evidence pointing at the device counts: the software power limit and heat
+        # above the waiting peers' follow from the heaviest load (issue 28).
         kinds = {e["kind"] for e in metrics.straggler_detail.get("evidence", [])}
         first = named[0]
         facts.update(
             straggler_gpu=", ".join(s["gpu"] for s in named),
             straggler_slowdown=float(first["slowdown"]),
-            straggler_hardware=float(bool(kinds - {"waiting"})),
-            straggler_cause=CAUSE_WORDS.get(first["cause"], "no hardware sign"),
+            straggler_hardware=float(bool(kinds & HARDWARE_KINDS)),
+            straggler_cause=CAUSE_WORDS.get(first["cause"], "no throttle reason, clock drop "
+                                                            "or error on the device"),
             waiting_gpu_count=float(len(metrics.straggler_detail.get("waiting_gpus", []))))
     return facts
 
 
-CAUSE_WORDS = {"thermal": "thermal throttling", "clock": "a low SM clock", "xid": "XID errors",
-               "ecc": "ECC errors", "power": "power capping"}
+CAUSE_WORDS = {"thermal": "thermal throttling", "clock": "SM clocks below its peers' at the "
+               "same load", "xid": "XID errors", "ecc": "ECC errors",
+               "hw_slowdown": "a hardware slowdown or power brake",
+               "power_limit": "it works hardest and so runs at its software power limit, a "
+                              "consequence of its load, not a fault"}
 
 
 def health_facts(summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:

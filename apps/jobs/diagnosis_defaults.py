@@ -171,10 +171,13 @@ DEFAULT_RULES: list[dict[str, Any]] = [
      "hint": "The GPU, not the code: drain the node and test the GPU."},
     # --- Code: the researcher, with the hint --------------------------------------------
     {"key": "straggler-no-hardware", "area": "code", "severity": "warning", "order": 40,
-     "title": "One GPU does more work than the others",
+     # The busiest GPU at its software power limit lands here too: reaching the limit is
+     # what its load does, not a fault (issue 28).
+     "title": "The slowest stage: one GPU has more work than the others",
      "conditions": [("straggler_found", ">=", 1), ("straggler_hardware", "<=", 0)],
-     "text": "GPU {straggler_gpu} made {waiting_gpu_count} GPUs wait (about "
-             "{straggler_slowdown} more work per step) with no sign of a hardware problem.",
+     "text": "GPU {straggler_gpu} is the slowest stage: {waiting_gpu_count} GPUs waited for "
+             "it (about {straggler_slowdown} more work per step), and it shows no sign of a "
+             "hardware problem ({straggler_cause}).",
      "hint": "Check for uneven work per rank: data shards of different sizes, extra work on "
              "one rank (logging, evaluation, checkpointing), or a pipeline stage that is "
              "heavier than the others. A profiler trace names the rank and phase."},

@@ -20,7 +20,9 @@ def s(*values: float, step: float = 30) -> Series:
     ({"temperature": s(60, 70, 80, 90)}, "temp_max", 90.0),
     ({"throttle_reasons": s(0x1, 0x20, 0x40, 0x60)}, "thermal_share", 0.75),
     ({"throttle_reasons": s(0x1, 0x20, 0x40, 0x60)}, "power_share", 0.0),
-    ({"throttle_reasons": s(0x4, 0x80, 0, 0)}, "power_share", 0.5),
+    # the software power cap alone; the power brake is the device's (issue 28)
+    ({"throttle_reasons": s(0x4, 0x80, 0, 0)}, "power_share", 0.25),
+    ({"throttle_reasons": s(0x4, 0x80, 0x88, 0)}, "hw_slowdown_share", 0.5),
     ({"throttle_reasons": s(0x8, 0, 0, 0)}, "hw_slowdown_share", 0.25),
     ({"xid": s(0, 63, 63, 79)}, "xids", (63, 79)),
     ({"xid": s(0, 0, 0, 0)}, "xids", ()),

@@ -219,3 +219,21 @@ def test_an_input_stall_alert_needs_copies_the_network_does_not_explain(world, i
     source = TimedSource(keys, lambda key, t: WIRE, nodes={"gpu01": node, "gpu02": node})
     check(job, source, 2)
     assert Alert.objects.filter(job=job, kind="input_stall").exists() is stalled
+
+
+@pytest.mark.parametrize(("throttle", "hardware"), [
+    (0x4, False),  # the software power limit: the busiest GPU reaches it, the owner's alone
+    (0x88, True),  # a hardware slowdown with the power brake: the device's
+])
+def test_only_a_throttle_reason_of_the_device_copies_the_hardware_contact(running, world,
+                                                                         throttle, hardware):
+    Contact.objects.create(area="hardware", name="HW on-call", email="hw@example.org",
+                           cluster=world.cluster)
+    slow = {**BUSY, "sm_active": 0.85, "throttle_reasons": float(throttle)}
+    waiting = {**BUSY, "sm_active": 0.4, "tensor_active": 0.2, "throttle_reasons": 0.0}
+    check(running, TimedSource(gpus(4), lambda key, t: slow if key.gpu == 3 else waiting), 2)
+    alert = Alert.objects.get(job=running, kind="straggler")
+    assert alert.hardware is hardware
+    assert ("hw@example.org" in [m.to[0] for m in mail.outbox]) is hardware
+    if not hardware:
+        assert "the slowest stage" in mail.outbox[0].body

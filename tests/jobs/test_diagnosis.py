@@ -26,6 +26,9 @@ STALL = {**HEALTHY, "gpu_util": 0.87, "sm_active": 0.19, "tensor_active": 0.09,
          "pcie_rx": 2.5e9}
 
 
+HEAVIEST = {"sm_active": 0.86, "throttle_reasons": 0x4, "sm_clock": 1410.0, "temperature": 81.0}
+
+
 def archived(job, per_gpu=None, n=8, node=None, **values):
     gpus = {GpuKey("gpu01", i): {**HEALTHY, **values} for i in range(n)}
     for index, extra in (per_gpu or {}).items():
@@ -64,9 +67,25 @@ def test_a_healthy_job_gets_no_finding(world):
     ({i: {"sm_active": 0.41} for i in range(8) if i != 5} | {5: {"sm_active": 0.86}},
      {"gpu_util": 0.98}, ["straggler-no-hardware"]),
     ({}, {"gpu_util": 0.01, "sm_active": 0.005, "tensor_active": 0.0}, []),  # 1 h: too short
+    # the busiest GPU at its software power limit (clocks lowered by it, hotter than the
+    # waiting peers): the slowest stage, the owner's; a power brake is the hardware's
+    ({i: {"sm_active": 0.41} for i in range(8) if i != 5} | {5: HEAVIEST}, {"gpu_util": 0.98},
+     ["straggler-no-hardware"]),
+    ({i: {"sm_active": 0.41} for i in range(8) if i != 5}
+     | {5: {**HEAVIEST, "throttle_reasons": 0x8C}}, {"gpu_util": 0.98}, ["slow-gpu-hardware"]),
 ])
 def test_each_pathology_fires_its_rule(world, per_gpu, values, expected):
     assert keys(archived(world.jobs["bob"], per_gpu, **values)) == expected
+
+
+def test_a_pipeline_stage_at_its_power_limit_is_named_the_slowest_stage(world):
+    Contact.objects.create(area="hardware", name="HW on-call")
+    per_gpu = {i: {"sm_active": 0.41} for i in range(8) if i != 5} | {5: HEAVIEST}
+    [found] = archived(world.jobs["bob"], per_gpu, gpu_util=0.98)
+    assert found.route == "researcher" and found.contact is None
+    assert found.title.startswith("The slowest stage")
+    assert found.text.startswith("GPU gpu01:5 is the slowest stage: 7 GPUs waited for it")
+    assert "it works hardest and so runs at its software power limit" in found.text
 
 
 def test_an_allocation_held_idle_for_hours_is_flagged(world):
