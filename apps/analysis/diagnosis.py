@@ -76,8 +76,9 @@ FACTS: dict[str, FactSpec] = {
     "gpu_slow_elsewhere": FactSpec("other recent jobs where this GPU was the straggler",
                                    "count", "health"),
     "slow_gpu": FactSpec("GPU slow across jobs", "text", "health"),
-    "nvlink_low_gpus": FactSpec("GPUs with far less NVLink traffic than their peers", "count",
-                                "network"),
+    "nvlink_low_gpus": FactSpec("GPUs that ran with far less NVLink traffic than their "
+                                "running peers", "count", "network"),
+    "nvlink_low_names": FactSpec("GPUs with far less NVLink traffic", "text", "network"),
     # nodes and network (node-shared)
     "multi_node": FactSpec("runs on several nodes", "bool", "network"),
     "nodes": FactSpec("nodes", "count", "network"),

@@ -126,6 +126,22 @@ def node_health(host: str, series: Mapping[str, Series], window: Window) -> Node
     )
 
 
+def nvlink_laggards(gpus: Sequence[tuple[str, float, float | None]], idle_below: float = 0.05,
+                    low: float = 0.25) -> tuple[str, ...] | None:
+    """GPUs that ran but moved under ``low`` of the other running GPUs' NVLink bytes (median).
+
+    ``gpus``: (name, busy share, NVLink bytes/s or None). Only GPUs that ran count, on both
+    sides: a GPU held and never used moves no NVLink traffic, and it belongs to the idle-GPU
+    finding, not to the interconnect's (issue 28). None: fewer than two running GPUs with
+    NVLink measured, nothing to compare.
+    """
+    rates = {name: bps for name, busy, bps in gpus if bps is not None and busy >= idle_below}
+    if len(rates) < 2:
+        return None
+    return tuple(name for name, bps in rates.items()
+                 if bps < low * statistics.median(r for o, r in rates.items() if o != name))
+
+
 def _values(points: Sequence[Point] | None) -> list[float]:
     return [v for _, v in points] if points else []
 

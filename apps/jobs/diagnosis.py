@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from statistics import median
 from typing import Any
 
 from django.db import transaction
@@ -21,7 +20,7 @@ from django.db.models import Q
 from apps.accounts.models import Contact
 from apps.analysis.data_path import NodeReceive, split_receive
 from apps.analysis.diagnosis import Fact, Finding, evaluate
-from apps.analysis.health import HARDWARE_XIDS
+from apps.analysis.health import HARDWARE_XIDS, nvlink_laggards
 from apps.analysis.hostlist import expand as expand_hostlist
 from apps.analysis.straggler_story import (
     TelemetryStraggler,
@@ -327,12 +326,15 @@ def health_facts(summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:
 
 
 def _nvlink_facts(summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:
-    rates = {(s.host, s.gpu_index): s.nvlink_bps for s in summaries if s.nvlink_bps is not None}
-    if len(rates) < 2:
+    """NVLink laggards among the GPUs that ran (an unused GPU is the idle-GPU finding's)."""
+    low = nvlink_laggards([(f"{s.host}:{s.gpu_index}", s.useful + s.waiting, s.nvlink_bps)
+                           for s in summaries], IDLE_BUSY, NVLINK_LOW)
+    if low is None:
         return {}
-    low = [k for k, v in rates.items()
-           if v < NVLINK_LOW * median(r for o, r in rates.items() if o != k)]
-    return {"nvlink_low_gpus": float(len(low))}
+    facts: dict[str, Fact] = {"nvlink_low_gpus": float(len(low))}
+    if low:
+        facts["nvlink_low_names"] = ", ".join(low[:8])
+    return facts
 
 
 def slow_elsewhere_facts(job: Job, summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:

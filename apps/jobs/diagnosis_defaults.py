@@ -135,7 +135,10 @@ DEFAULT_RULES: list[dict[str, Any]] = [
      "title": "NVLink traffic far below the peers'",
      "conditions": [("gpus", ">=", 2), ("nvlink_low_gpus", ">=", 1),
                     ("straggler_found", "<=", 0)],
-     "text": "{nvlink_low_gpus} GPU(s) moved far less NVLink data than their peers.",
+     # Among the GPUs that ran: a GPU held but unused moves no NVLink data, and is the
+     # idle-gpus finding's (issue 28).
+     "text": "{nvlink_low_gpus} GPU(s) that ran ({nvlink_low_names}) moved far less NVLink "
+             "data than the job's other running GPUs.",
      "hint": "Check nvidia-smi nvlink --status on the node (links down or degraded)."},
     # --- Hardware: hardware on-call -----------------------------------------------------
     {"key": "slow-gpu-hardware", "area": "hardware", "severity": "critical", "order": 30,

@@ -58,6 +58,10 @@ def test_a_healthy_job_gets_no_finding(world):
     ({}, {"tensor_active": 0.0}, ["no-tensor-cores"]),
     ({i: {"gpu_util": 0.0, "sm_active": 0.0, "tensor_active": 0.0} for i in range(4)}, {},
      ["idle-gpus"]),
+    # two GPUs held and never used move no NVLink data: idle, not a degraded link (issue 28)
+    ({i: {"gpu_util": 0.0, "sm_active": 0.0, "tensor_active": 0.0, "nvlink_tx": 0.0}
+      for i in (6, 7)}, {}, ["idle-gpus"]),
+    ({6: {"nvlink_tx": 1e8}}, {}, ["nvlink-degraded"]),  # a GPU that ran: the link's
     ({3: {"xid": 79.0}}, {}, ["xid"]),
     ({3: {"xid": 13.0}}, {}, []),  # an application error, not the hardware
     ({2: {"throttle_reasons": 0x40, "temperature": 90.0}}, {}, ["thermal-throttling"]),
@@ -76,6 +80,13 @@ def test_a_healthy_job_gets_no_finding(world):
 ])
 def test_each_pathology_fires_its_rule(world, per_gpu, values, expected):
     assert keys(archived(world.jobs["bob"], per_gpu, **values)) == expected
+
+
+def test_the_nvlink_finding_names_the_running_gpus_it_compared(world):
+    idle = {"gpu_util": 0.0, "sm_active": 0.0, "tensor_active": 0.0, "nvlink_tx": 0.0}
+    found = {f.key: f for f in archived(world.jobs["bob"], {0: idle, 6: {"nvlink_tx": 1e8}})}
+    assert set(found) == {"nvlink-degraded"}  # gpu01:0 (1 of 8 idle) is under the idle rule's 25 %
+    assert found["nvlink-degraded"].text.startswith("1 GPU(s) that ran (gpu01:6) moved far less")
 
 
 def test_a_pipeline_stage_at_its_power_limit_is_named_the_slowest_stage(world):
