@@ -44,6 +44,10 @@ FACTS: dict[str, FactSpec] = {
     "waiting": FactSpec("busy but not computing", "pct", "efficiency"),
     "idle": FactSpec("idle (memory held or no process)", "pct", "efficiency"),
     "held_idle": FactSpec("idle with GPU memory held", "pct", "efficiency"),
+    # the one reading of idleness (apps/analysis/idleness.py), which the alerts share
+    "idle_job": FactSpec("idle over the run (the site's idle reading)", "bool", "efficiency"),
+    "mostly_idle_held": FactSpec("mostly idle with GPU memory held (the site's idle reading)",
+                                 "bool", "efficiency"),
     "tensor": FactSpec("tensor pipe active", "pct", "efficiency"),
     "occupancy": FactSpec("SM occupancy", "pct", "gpus"),
     "fp64": FactSpec("FP64 pipe active", "pct", "gpus"),

@@ -49,6 +49,7 @@ from apps.jobs.archive_sources import (  # the archive's sources, as callers kno
 )
 from apps.jobs.archive_sources import catalogue_for as catalogue_for
 from apps.jobs.diagnosis import RuleSet, diagnose_job, diagnose_many
+from apps.jobs.idleness import efficiency_thresholds
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary, JobNodeMetrics
 
 log = logging.getLogger(__name__)
@@ -245,7 +246,8 @@ def _archive_fetched(job: Job, source: str, telemetry: JobTelemetry, window: Win
 def summarise(todo: Todo, source: str, telemetry: JobTelemetry) -> Summary:
     """Step 4: the pure efficiency code, health and stragglers; the rows as plain data."""
     result = summarise_job(telemetry.gpus, todo.window, todo.gpu_hours,
-                           expected=[i.key for i in todo.intervals], gpu_count=todo.gpus)
+                           expected=[i.key for i in todo.intervals],
+                           thresholds=efficiency_thresholds(), gpu_count=todo.gpus)
     return _rows(todo, source, telemetry, analyse(telemetry, result, todo.window))
 
 
@@ -362,6 +364,7 @@ def _rows(todo: Todo, source: str, telemetry: JobTelemetry, analysis: Analysis) 
         "useful_hours": result.hours.useful, "waiting_hours": result.hours.waiting,
         "held_idle_hours": result.hours.held_idle,
         "no_process_hours": result.hours.no_process, "coverage": result.coverage,
+        "measured_s": max((g.measured_seconds for g in result.gpus), default=0.0),
         "means": result.means, "verdict": result.verdict,
         "gpus_missing": [str(k) for k in result.missing],
         "warnings": telemetry.warnings[:20], "last_error": "",

@@ -18,10 +18,11 @@ from django.db import transaction
 from django.db.models import Q
 
 from apps.accounts.models import Contact
-from apps.analysis.data_path import NodeReceive, split_receive
 from apps.analysis.diagnosis import Fact, Finding, evaluate
 from apps.analysis.health import HARDWARE_XIDS, nvlink_laggards
 from apps.analysis.hostlist import expand as expand_hostlist
+from apps.analysis.idleness import facts as idleness_facts
+from apps.analysis.idleness import is_idle
 from apps.analysis.straggler_story import (
     TelemetryStraggler,
     TraceStraggler,
@@ -31,6 +32,7 @@ from apps.analysis.straggler_story import (
 )
 from apps.analysis.stragglers import HARDWARE_KINDS
 from apps.clusters.models import Node
+from apps.jobs.idleness import idle_rules, job_idleness, run_hours, shares
 from apps.jobs.models import (
     DiagnosisRule,
     Job,
@@ -40,10 +42,10 @@ from apps.jobs.models import (
     JobNodeMetrics,
     TraceRun,
 )
+from apps.jobs.node_facts import host_facts, network_facts, receive_facts
 
 log = logging.getLogger(__name__)
 
-IDLE_BUSY = 0.05  # a GPU busy less than this over the job was left idle
 NVLINK_LOW = 0.25  # a GPU moving under a quarter of its peers' NVLink bytes
 SLOW_ELSEWHERE_DAYS = 30
 
@@ -196,16 +198,15 @@ class _Stored:
         facts: dict[str, Fact] = {"nodes": float(job.node_count),
                                   "multi_node": float(job.node_count > 1)}
         metrics = self.metrics.get(job.pk)
-        hours = job.run_time.total_seconds() / 3600 if job.run_time is not None else None
-        measured = [s.measured_s for s in self.summaries.get(job.pk, [])]
-        if job.end_time is None and hours is not None and measured:
-            # running: the time its telemetry covers (what "busy over N hours" read)
-            hours = min(hours, max(measured) / 3600)
+        measured = metrics is not None and metrics.has_data
+        # running: the time its telemetry covers (what "busy over N hours" read)
+        hours = run_hours(job, metrics if measured else None)
         if hours is not None:
             facts["run_hours"] = hours
-        if metrics is not None and metrics.has_data:
+        if metrics is not None and measured:
             summaries = self.summaries.get(job.pk, [])
             facts.update(efficiency_facts(metrics, summaries))
+            facts.update(idleness_facts(job_idleness(job, metrics)))
             facts.update(straggler_facts(metrics))
             facts.update(health_facts(summaries))
             facts.update(_slow_elsewhere(job, summaries, [
@@ -249,12 +250,22 @@ def job_nodes(job: Job) -> list[str]:
 
 def efficiency_facts(metrics: JobMetrics,
                      summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:
-    """The job-level split and means, and which GPUs sat idle."""
+    """The job-level split and means, and which GPUs sat idle (``apps.analysis.idleness``).
+
+    Busy, computing and held idle are the stored split's shares (``idleness.shares``: what
+    the efficiency card, the job list and the alerts print), the GPUs' own when the split
+    has no hours."""
     total = sum(s.measured_s for s in summaries) or 1.0
     busy = sum((s.useful + s.waiting) * s.measured_s for s in summaries) / total
     computing = sum(s.useful * s.measured_s for s in summaries) / total
-    idle = [s for s in summaries if s.useful + s.waiting < IDLE_BUSY]
     held_idle = sum(s.held_idle * s.measured_s for s in summaries) / total
+    split = shares(metrics)
+    if split is not None:
+        hours = metrics.useful_hours + metrics.waiting_hours + metrics.held_idle_hours + \
+            metrics.no_process_hours
+        busy, held_idle, computing = split[0], split[1], metrics.useful_hours / hours
+    rules = idle_rules()
+    idle = [s for s in summaries if is_idle(s.useful + s.waiting, rules)]
     facts: dict[str, Fact] = {
         "gpus": float(len(summaries)), "sm_measured": float(metrics.measure == "sm_active"),
         "busy": busy, "computing": computing,
@@ -326,9 +337,10 @@ def health_facts(summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:
 
 
 def _nvlink_facts(summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:
-    """NVLink laggards among the GPUs that ran (an unused GPU is the idle-GPU finding's)."""
+    """NVLink laggards among the GPUs that ran (an unused GPU is the idle-GPU finding's:
+    the site's one idle reading decides which GPUs did no work)."""
     low = nvlink_laggards([(f"{s.host}:{s.gpu_index}", s.useful + s.waiting, s.nvlink_bps)
-                           for s in summaries], IDLE_BUSY, NVLINK_LOW)
+                           for s in summaries], idle_rules().idle_below, NVLINK_LOW)
     if low is None:
         return {}
     facts: dict[str, Fact] = {"nvlink_low_gpus": float(len(low))}
@@ -380,72 +392,6 @@ def _slow_elsewhere(job: Job, summaries: Sequence[JobMetricSummary],
     gpu, count = counts.most_common(1)[0]
     names = {s.gpu_uuid: f"{s.host}:{s.gpu_index}" for s in summaries if s.gpu_uuid}
     return {"gpu_slow_elsewhere": float(count), "slow_gpu": names.get(gpu, gpu)}
-
-
-def network_facts(nodes: Sequence[JobNodeMetrics]) -> dict[str, Fact]:
-    """Node-shared InfiniBand facts over the job's nodes (CPU and file system: host_facts)."""
-    if not nodes:
-        return {}
-    degraded = [n.host for n in nodes if n.ib_degraded]
-    facts: dict[str, Fact] = {}
-    if any(n.ib_rate_max_bps is not None for n in nodes):
-        facts["ib_degraded_nodes"] = float(len(degraded))
-        if degraded:
-            facts["ib_degraded_node"] = ", ".join(degraded)
-    errors = [n.ib_errors for n in nodes if n.ib_errors is not None]
-    if errors:
-        facts["ib_errors"] = float(sum(errors))
-    waits = [n.ib_wait_per_s for n in nodes if n.ib_wait_per_s is not None]
-    if waits:
-        facts["ib_wait_per_s"] = max(waits)
-    return facts
-
-
-def receive_facts(summaries: Sequence[JobMetricSummary], nodes: Sequence[JobNodeMetrics],
-                  multi_node: bool) -> dict[str, Fact]:
-    """PCIe receive split into host copies and what the network wrote (GPUDirect RDMA).
-
-    A multi-node job whose nodes report no InfiniBand/RoCE receive (or no node rows: no
-    node_exporter) cannot be split: the facts are absent, so no rule reads its PCIe receive
-    as input (``apps/analysis/data_path.py``).
-    """
-    by_host: dict[str, list[float]] = {}
-    for s in summaries:
-        if s.pcie_rx_bps is not None:
-            by_host.setdefault(s.host, []).append(s.pcie_rx_bps)
-    rows = {n.host: n for n in nodes}
-    split = split_receive([NodeReceive(
-        host, tuple(rx), rows[host].ib_rx_bps if host in rows else None,
-        rows[host].fs_read_bps if host in rows else None) for host, rx in by_host.items()],
-        multi_node)
-    if split is None:
-        return {}
-    facts: dict[str, Fact] = {"host_rx_gbs": split.host_bps / 1e9,
-                              "network_rx_share": split.network_share}
-    if split.network_rx_bps is not None:
-        facts["ib_rx_gbs"] = split.network_rx_bps / 1e9
-    return facts
-
-
-def host_facts(nodes: Sequence[JobNodeMetrics], job_cpus: int,
-               node_cpus: Sequence[int]) -> dict[str, Fact]:
-    """What the job's nodes did while it ran: CPU and network file-system reads.
-
-    Node-shared like InfiniBand: other jobs on a node add to its numbers, so
-    ``node_cpu_share`` says how much of the nodes' CPUs the job held (1: whole nodes, where
-    the nodes' numbers are the job's). File-system reads are the mean per node, since a
-    data-parallel job reads its shards evenly.
-    """
-    facts: dict[str, Fact] = {}
-    if nodes and job_cpus > 0 and all(node_cpus):
-        facts["node_cpu_share"] = min(1.0, job_cpus / sum(node_cpus))
-    busy = [n.cpu_busy for n in nodes if n.cpu_busy is not None]
-    if busy:
-        facts["cpu_busy"] = max(busy)
-    reads = [n.fs_read_bps for n in nodes if n.fs_read_bps is not None]
-    if reads:
-        facts["fs_read_gbs"] = sum(reads) / len(reads) / 1e9
-    return facts
 
 
 def trace_facts(trace: TraceRun) -> dict[str, Fact]:

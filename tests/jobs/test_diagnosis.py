@@ -231,7 +231,7 @@ def test_the_migration_revises_shipped_rules_only_where_admins_left_them(world):
 
     from django.apps import apps
 
-    migration = importlib.import_module("apps.jobs.migrations.0019_gpudirect_receive")
+    migration = importlib.import_module("apps.jobs.migrations.0020_gpudirect_receive")
     stall = DiagnosisRule.objects.get(key="input-stall")
     storage = DiagnosisRule.objects.get(key="input-stall-storage")
     for rule in (stall, storage):  # as 0005 seeded them before issue 28

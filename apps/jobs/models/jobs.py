@@ -331,6 +331,9 @@ class JobMetrics(models.Model):
     held_idle_hours = models.FloatField(default=0)
     no_process_hours = models.FloatField(default=0)
     coverage = models.FloatField(default=0, help_text="measured / allocated GPU-time")
+    measured_s = models.FloatField(
+        default=0, help_text="seconds the best-covered GPU's telemetry spans (a running job's "
+                             "idleness is read over these: apps/jobs/idleness.py)")
     means = models.JSONField(default=dict, blank=True)
     verdict = models.TextField(blank=True)
     gpus_missing = models.JSONField(default=list, blank=True)

@@ -14,7 +14,7 @@ def forwards(apps, schema_editor):
     from apps.jobs.diagnosis_defaults import DEFAULT_RULES
 
     spec = next(s for s in DEFAULT_RULES if s["key"] == "straggler-no-hardware")
-    importlib.import_module("apps.jobs.migrations.0019_gpudirect_receive").revise(
+    importlib.import_module("apps.jobs.migrations.0020_gpudirect_receive").revise(
         apps, "straggler-no-hardware",
         {"title": (OLD_TITLE, spec["title"]), "text": (OLD_TEXT, spec["text"])})
 
@@ -22,7 +22,7 @@ def forwards(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0019_gpudirect_receive'),
+        ('jobs', '0020_gpudirect_receive'),
     ]
 
     operations = [
