@@ -565,6 +565,11 @@ GUARDRAILS_STALL_RULES = env_list("GUARDRAILS_STALL_RULES",
                                   "input-stall,input-stall-storage,input-stall-cpu")
 GUARDRAILS_MAX_MESSAGES_PER_DAY = env_int("GUARDRAILS_MAX_MESSAGES_PER_DAY", 4, minimum=1)
 GUARDRAILS_WEBHOOK_TIMEOUT = env_int("GUARDRAILS_WEBHOOK_TIMEOUT", 10, minimum=1)
+# Who hears about a Slurm user's job (alerts, policy notices, digests): the linked portal
+# user's e-mail (LDAP `mail`, OIDC `email`), else `<Slurm user>@BEACON_EMAIL_DOMAIN`
+# (e.g. `example.org`); else nobody: kept "no address", named by check_guardrails and the
+# Platform page.
+EMAIL_DOMAIN = env_str("BEACON_EMAIL_DOMAIN").lstrip("@")
 # The idle-job policy, off by default: "dry-run" records what it would do, "enforce" warns
 # the owner and cancels through the Slurm backend after the grace period.
 GUARDRAILS_POLICY = env_choice("GUARDRAILS_POLICY", "off", ("off", "dry-run", "enforce"))

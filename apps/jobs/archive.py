@@ -278,6 +278,7 @@ def signals(result: JobEfficiency, health: dict[GpuKey, GpuHealth]) -> list[GpuS
             key=s.key, busy=s.split.busy, computing=s.split.useful, waiting=s.split.waiting,
             traffic_share=s.waiting_with_traffic, sm_clock=h.sm_clock_busy,
             temperature=h.temp_mean, thermal_share=h.thermal_share, power_share=h.power_share,
+            hw_slowdown_share=h.hw_slowdown_share,
             xids=h.hardware_xids, ecc_dbe=h.ecc_dbe))
     return out
 
