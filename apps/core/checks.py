@@ -141,4 +141,4 @@ def check_email_domain(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         return []
     return [Error(f"BEACON_EMAIL_DOMAIN={domain!r} is not a mail domain",
                   hint="e.g. example.org (Slurm user ann is then told at ann@example.org)",
-                  id="core.E003")]
+                  id="core.E004")]

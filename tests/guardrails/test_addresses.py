@@ -132,7 +132,7 @@ def test_a_malformed_domain_is_a_system_check_error(settings):
 
     settings.EMAIL_DOMAIN = "example..org"
     [error] = check_email_domain()
-    assert error.id == "core.E003"
+    assert error.id == "core.E004"
     settings.EMAIL_DOMAIN = "example.org"
     assert check_email_domain() == []
 
