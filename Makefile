@@ -5,11 +5,22 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 DEMO_DIR ?= data/demo
+# Links in alerts, digests and webhooks point where the portal is served (issue 26: they said
+# port 8000 while `PORT=8123 make demo` served on 8123). Set SITE_URL for a public address.
+SITE_URL ?= http://$(HOST):$(PORT)
+# When the command started (before any install), for the steps' times and "ready in N s";
+# sub-makes inherit it.
+ifndef DEMO_T0
+DEMO_T0 := $(shell date +%s)
+endif
+export DEMO_T0
+SINCE = $$(( $$(date +%s) - $(DEMO_T0) )) s
 
 .PHONY: venv venv-dev demo demo-data demo-full demo-full-stop serve test lint bench fuzz screenshots
 
 # Two stamps: the demo needs only the runtime; tests and benchmarks need the dev tools too.
 $(VENV)/.installed: requirements.txt
+	@echo "==> installing the Python packages (once; $(SINCE))"
 	PYTHON=$(PYTHON) ./deploy/dev/bootstrap.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
@@ -25,12 +36,17 @@ venv-dev: $(VENV)/.installed-dev
 
 ## make demo: install, migrate, load the simulated demo cluster, serve on http://$(HOST):$(PORT)
 demo: demo-data
-	$(MAKE) --no-print-directory serve
+	@$(MAKE) --no-print-directory serve
 
+# The simulator needs no database: it writes its month while the database is migrated.
 demo-data: venv
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py collectstatic --noinput -v0
-	$(PY) manage.py demo --out $(DEMO_DIR)
+	@echo "==> [1/3] the database and the simulated month, side by side ($(SINCE))"
+	@SITE_URL=$(SITE_URL) $(PY) manage.py demo --out $(DEMO_DIR) --simulate-only & sim=$$!; \
+	  SITE_URL=$(SITE_URL) $(PY) manage.py migrate --noinput -v0 \
+	  && SITE_URL=$(SITE_URL) $(PY) manage.py collectstatic --noinput -v0 \
+	  || { kill $$sim 2>/dev/null; exit 1; }; wait $$sim
+	@echo "==> [2/3] loading the month through Beacon's importers ($(SINCE))"
+	SITE_URL=$(SITE_URL) $(PY) manage.py demo --out $(DEMO_DIR)
 
 ## make demo-full: the same month through the live paths (Prometheus, Redis, Celery worker/beat)
 demo-full: demo-data
@@ -40,8 +56,9 @@ demo-full-stop:
 	./deploy/dev/demo-full.sh down
 
 serve: venv
-	@echo "Beacon on http://$(HOST):$(PORT)/  (Ctrl-C stops it)"
-	$(VENV)/bin/gunicorn portal.wsgi -b $(HOST):$(PORT) -w 2 --timeout 120 --access-logfile -
+	@echo "==> [3/3] starting the web server on $(SITE_URL)/ ($(SINCE))"
+	SITE_URL=$(SITE_URL) $(VENV)/bin/gunicorn portal.wsgi -c deploy/dev/gunicorn_ready.py -b $(HOST):$(PORT) -w 2 --timeout 120 \
+	  --access-logfile -
 
 ## make test: the whole suite (SQLite unless DATABASE_URL is set; CI sets it and CI=true),
 ## on TEST_WORKERS processes: one per shared-service lane (each Slurm release; Prometheus and Redis),

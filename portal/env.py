@@ -8,6 +8,7 @@ contents of that file, for secrets kept out of the environment.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -66,6 +67,22 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     value = env_str(name, default).strip().lower()
     if value not in choices:
         raise ImproperlyConfigured(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    return value
+
+
+_RATE = re.compile(r"^(\d+)/(s|sec|second|m|min|minute|h|hour|d|day)$")
+
+
+def env_rate(name: str, default: str) -> str | None:
+    """Read a request rate as DRF's throttles take it (``600/min``, ``10/s``, ``5000/day``);
+    ``off`` turns that limit off (None)."""
+    value = env_str(name, default).strip().lower()
+    if value == "off":
+        return None
+    match = _RATE.match(value)
+    if not match or int(match[1]) < 1:
+        raise ImproperlyConfigured(
+            f"{name}={value!r}: expected requests per period, e.g. 600/min, 10/s, 5000/day, or off")
     return value
 
 

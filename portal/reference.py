@@ -31,7 +31,9 @@ DIRECT_ROOTS = [ROOT / "apps", ROOT / "portal"]
 OUTPUT = ROOT / "docs" / "CONFIGURATION.md"
 
 READERS = {"env_str": "text", "env_bool": "boolean", "env_int": "integer", "env_list": "list",
-           "env_choice": "one of", "_required": "text, required when that sign-on is on"}
+           "env_choice": "one of",
+           "env_rate": "rate (`N/s`, `N/min`, `N/h`, `N/day`) or `off`",
+           "_required": "text, required when that sign-on is on"}
 _SECTION = re.compile(r"^#\s*---\s*(.*?)\s*-*\s*$")
 
 _WEBHOOK_TIMEOUT = "seconds a webhook request may take, connecting and answering together"
@@ -44,8 +46,11 @@ NOTES: dict[str, str] = {
              "production",
     "SECRET_KEY": "Django's signing key, at least 32 characters; unset: one is generated once "
                   "into `BEACON_DATA_DIR/secret_key` (mode 0600)",
-    "SITE_URL": "the portal's public address, for links in e-mails and webhooks; an "
-                "`https://` address turns on secure cookies",
+    "DEMO_T0": "set by the Makefile, not by hand: when `make demo` started (epoch seconds), so "
+               "the demo's steps and \"ready in N s\" count from there, install included",
+    "SITE_URL": "the portal's public address, for links in e-mails, webhooks and digests "
+                "(`make demo` sets it to `http://HOST:PORT`); an `https://` address turns on "
+                "secure cookies",
     "ALLOWED_HOSTS": "host names the portal answers to (comma-separated)",
     "CSRF_TRUSTED_ORIGINS": "origins allowed to send forms (default: `SITE_URL`)",
     "DATABASE_URL": "`postgres://user:pass@host:port/db?opt=v` (PostgreSQL, psycopg 3) or "

@@ -15,12 +15,15 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from portal.env import (
     database_from_url,
     env_bool,
     env_choice,
     env_int,
     env_list,
+    env_rate,
     env_str,
     private_dir,
     private_file,
@@ -51,8 +54,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
-    "rest_framework",
-    "rest_framework.authtoken",
+    "rest_framework",  # API tokens are apps.accounts' (hashed, named): no rest_framework.authtoken
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI and ReDoc files, served as static files
@@ -73,11 +75,14 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "apps.core.logs.RequestIdMiddleware",  # first: every later line logs under the request's id
     "apps.core.middleware.ServerTimingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # per-address API rate limit, before authentication (apps/core/api/throttles.py)
+    "apps.core.api.throttles.AddressThrottleMiddleware",
     # before CSRF, which parses the body to find its token: oversize trace uploads are
     # refused by Content-Length before anything is spooled (apps/jobs/middleware.py)
     "apps.jobs.middleware.TraceUploadLimitMiddleware",
@@ -290,9 +295,45 @@ CELERY_TASK_IGNORE_RESULT = True  # run status lives in TaskRun, not a result ba
 CELERY_TASK_ACKS_LATE = True  # safe only because every task is idempotent
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
-CELERY_TASK_SOFT_TIME_LIMIT = 300
-CELERY_TASK_TIME_LIMIT = 360
+# Time limits per kind of task (seconds; issue 27): at the soft limit the task is interrupted
+# (SoftTimeLimitExceeded: its run is recorded failed); TASK_TIME_LIMIT_GRACE later the worker
+# kills the child outright. A task of no kind below gets TASK_TIME_LIMIT_DEFAULT.
+TASK_TIME_LIMIT_GRACE = env_int("TASK_TIME_LIMIT_GRACE", 60, minimum=5)
+TASK_KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
+    # Slurm reads and writes; keep it under SLURM_SYNC_CLAIM_EXPIRY (a check says so)
+    "sync": (env_int("TASK_TIME_LIMIT_SYNC", 600, minimum=30), (
+        "apps.clusters.tasks.sync_cluster", "apps.clusters.tasks.sync_queue",
+        "apps.clusters.tasks.sync_nodes", "apps.clusters.tasks.sync_shares",
+        "apps.clusters.tasks.label_jobs", "apps.quotas.tasks.check_cluster")),
+    # profiler traces collected from TRACE_ROOT: parsing multi-GB files
+    "traces": (env_int("TASK_TIME_LIMIT_TRACES", 3600, minimum=60), (
+        "apps.jobs.tasks.collect_traces", "apps.jobs.tasks.collect_all_traces")),
+    # a job's metrics archived from Prometheus
+    "archive": (env_int("TASK_TIME_LIMIT_ARCHIVE", 900, minimum=30), (
+        "apps.jobs.tasks.archive_job", "apps.jobs.tasks.archive_pending")),
+    # security detection of a cluster; keep it under SECURITY_CLAIM_EXPIRY
+    "detection": (env_int("TASK_TIME_LIMIT_DETECTION", 1500, minimum=60), (
+        "apps.security.tasks.detect_cluster",)),
+    # SLO evaluation, draft statements, guardrails: long passes over the database
+    "reports": (env_int("TASK_TIME_LIMIT_REPORTS", 1800, minimum=60), (
+        "apps.slo.tasks.evaluate_slos", "apps.chargeback.tasks.refresh_drafts",
+        "apps.chargeback.tasks.refresh_month", "apps.guardrails.tasks.check_running_jobs",
+        "apps.guardrails.tasks.send_digests")),
+}
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("TASK_TIME_LIMIT_DEFAULT", 300, minimum=10)
+CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + TASK_TIME_LIMIT_GRACE
+CELERY_TASK_ANNOTATIONS = {
+    name: {"soft_time_limit": soft, "time_limit": soft + TASK_TIME_LIMIT_GRACE}
+    for soft, names in TASK_KINDS.values() for name in names
+}
+TASK_LONGEST_SECONDS = max([CELERY_TASK_TIME_LIMIT,
+                            *(limits["time_limit"] for limits in CELERY_TASK_ANNOTATIONS.values())])
+# Redis redelivers a task not acknowledged within the visibility timeout (acks_late): keep it
+# above the longest task, or a long trace import would run twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": max(3600, TASK_LONGEST_SECONDS + 600)}
+# A worker child whose memory passes this (MB) is replaced once its task ends: trace parsing
+# and archive batches can leave a large heap behind. Prefork pools only.
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = env_int("WORKER_MAX_MEMORY_MB", 2048, minimum=64) * 1024
 CELERY_TASK_ROUTES = {
     "apps.clusters.tasks.*": {"queue": "sync"},
     "apps.*.tasks.*": {"queue": "analysis"},
@@ -496,6 +537,25 @@ SLO_WEBHOOK_URL = env_str("SLO_WEBHOOK_URL")
 SLO_WEBHOOK_FORMAT = env_choice("SLO_WEBHOOK_FORMAT", "slack", ("slack", "mattermost"))
 SLO_WEBHOOK_TIMEOUT = env_int("SLO_WEBHOOK_TIMEOUT", 10, minimum=1)
 
+# --- Idleness (apps/analysis/idleness.py: one reading for pages, findings, alerts, digests) ---
+
+# A sample, a GPU or a job busy under this percent did no work (the efficiency split, the
+# idle alert, the idle findings and the digest all read it).
+# (GUARDRAILS_IDLE_BELOW_PERCENT and GUARDRAILS_MEMORY_HELD_MIB, their names before issue 26,
+# are still read when the new names are unset, so an upgraded site keeps its thresholds.)
+IDLE_BELOW_PERCENT = env_int("IDLE_BELOW_PERCENT",
+                             env_int("GUARDRAILS_IDLE_BELOW_PERCENT", 5, minimum=1), minimum=1)
+# A job busy under this percent of its run (and not idle) is "mostly idle".
+MOSTLY_IDLE_BELOW_PERCENT = env_int("MOSTLY_IDLE_BELOW_PERCENT", 15, minimum=1)
+# An idle GPU holding this much memory holds it (a bare CUDA context, a few hundred MiB,
+# does not): the efficiency split's "idle, memory held" and the memory-held alert.
+MEMORY_HELD_MIB = env_int("MEMORY_HELD_MIB", env_int("GUARDRAILS_MEMORY_HELD_MIB", 1024, minimum=1),
+                          minimum=1)
+# A job idle with its memory held this percent of its run "held its memory".
+IDLE_HELD_PERCENT = env_int("IDLE_HELD_PERCENT", 50, minimum=1)
+# A job is read as idle or mostly idle only over at least this many hours of run.
+IDLE_MIN_HOURS = env_int("IDLE_MIN_HOURS", 4, minimum=0)
+
 # --- Guardrails (apps/guardrails, docs/diagnosis.md "Guardrails") ----------------------
 
 # Alerts to a job's owner while it runs: GPUs idle this long (interactive partitions wait
@@ -507,13 +567,16 @@ GUARDRAILS_IDLE_MINUTES = env_int("GUARDRAILS_IDLE_MINUTES", 60, minimum=10)
 GUARDRAILS_INTERACTIVE_IDLE_MINUTES = env_int("GUARDRAILS_INTERACTIVE_IDLE_MINUTES", 240,
                                               minimum=10)
 GUARDRAILS_INTERACTIVE_PARTITIONS = env_list("GUARDRAILS_INTERACTIVE_PARTITIONS", "interactive")
-GUARDRAILS_IDLE_BELOW_PERCENT = env_int("GUARDRAILS_IDLE_BELOW_PERCENT", 5, minimum=1)
-GUARDRAILS_MEMORY_HELD_MIB = env_int("GUARDRAILS_MEMORY_HELD_MIB", 1024, minimum=1)
 GUARDRAILS_MIN_RUN_MINUTES = env_int("GUARDRAILS_MIN_RUN_MINUTES", 30, minimum=0)
 GUARDRAILS_STALL_RULES = env_list("GUARDRAILS_STALL_RULES",
                                   "input-stall,input-stall-storage,input-stall-cpu")
 GUARDRAILS_MAX_MESSAGES_PER_DAY = env_int("GUARDRAILS_MAX_MESSAGES_PER_DAY", 4, minimum=1)
 GUARDRAILS_WEBHOOK_TIMEOUT = env_int("GUARDRAILS_WEBHOOK_TIMEOUT", 10, minimum=1)
+# Who hears about a Slurm user's job (alerts, policy notices, digests): the linked portal
+# user's e-mail (LDAP `mail`, OIDC `email`), else `<Slurm user>@BEACON_EMAIL_DOMAIN`
+# (e.g. `example.org`); else nobody: kept "no address", named by check_guardrails and the
+# Platform page.
+EMAIL_DOMAIN = env_str("BEACON_EMAIL_DOMAIN").lstrip("@")
 # The idle-job policy, off by default: "dry-run" records what it would do, "enforce" warns
 # the owner and cancels through the Slurm backend after the grace period.
 GUARDRAILS_POLICY = env_choice("GUARDRAILS_POLICY", "off", ("off", "dry-run", "enforce"))
@@ -525,13 +588,27 @@ GUARDRAILS_DIGEST_MIN_GPU_HOURS = env_int("GUARDRAILS_DIGEST_MIN_GPU_HOURS", 1, 
 
 # --- API -----------------------------------------------------------------------------
 
+# Rate limits (apps/core/api/throttles.py): requests per named token (or signed-in user) and
+# per client address, for the API as a whole and for the collectors' ingest endpoints; a
+# refused request is a 429 with Retry-After. Behind a proxy, set TRUSTED_PROXY_COUNT or every
+# client shares the proxy's address. One token usually serves every node's collectors: the
+# ingest budget per token is the whole cluster's, per address one node's.
+API_THROTTLE_RATES = {
+    "api_token": env_rate("API_RATE_PER_TOKEN", "600/min"),
+    "api_address": env_rate("API_RATE_PER_ADDRESS", "1200/min"),
+    "ingest_token": env_rate("INGEST_RATE_PER_TOKEN", "6000/min"),
+    "ingest_address": env_rate("INGEST_RATE_PER_ADDRESS", "120/min"),
+}
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first: its WWW-Authenticate header turns "not signed in" into a 401
-        "apps.accounts.tokens.NamedTokenAuthentication",  # named tokens, then DRF's own
+        "apps.accounts.tokens.NamedTokenAuthentication",  # named tokens, hashed (issue 27)
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["apps.accounts.permissions.RolePermission"],
+    # per address: AddressThrottleMiddleware, which runs before authentication
+    "DEFAULT_THROTTLE_CLASSES": ["apps.core.api.throttles.CredentialThrottle"],
     "DEFAULT_FILTER_BACKENDS": [
         "apps.core.api.strict.StrictQueryParams",  # 400 for unknown or malformed parameters
         "django_filters.rest_framework.DjangoFilterBackend",
@@ -581,14 +658,39 @@ METRICS_ALLOWED_IPS = env_list("METRICS_ALLOWED_IPS")
 WORKER_METRICS_PORT = env_int("WORKER_METRICS_PORT", 0, minimum=0)
 WORKER_METRICS_ADDRESS = env_str("WORKER_METRICS_ADDRESS", "0.0.0.0")  # noqa: S104
 
+# --- Error reporting and traces (apps/core/observability.py, docs/DEPLOY.md) -------------
+
+# Both off unless set, and then their package must be installed (start-up says which): off,
+# neither SDK is imported. SENTRY_DSN sends errors to Sentry (no personal data), tagged with
+# the request id; the share of requests also traced there, in percent.
+SENTRY_DSN = env_str("SENTRY_DSN")
+SENTRY_ENVIRONMENT = env_str("SENTRY_ENVIRONMENT", "production")
+SENTRY_TRACES_SAMPLE_RATE = env_int("SENTRY_TRACES_PERCENT", 0, minimum=0) / 100
+if SENTRY_TRACES_SAMPLE_RATE > 1:
+    raise ImproperlyConfigured("SENTRY_TRACES_PERCENT: a percentage, at most 100")
+# OpenTelemetry traces of requests and tasks over OTLP/HTTP to this collector, e.g.
+# http://otel-collector:4318 (the exporter also reads the other OTEL_EXPORTER_OTLP_* variables).
+OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "beacon")
+
 # --- Logging -------------------------------------------------------------------------
 
 LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
+# "plain" lines for people, or "json": one object per line (time, level, logger, message,
+# request_id, task_name, task_id, exception) for a log pipeline. Either way each line names
+# the request it belongs to (X-Request-ID, echoed in the response) and, in workers, the task
+# and the request that queued it (apps/core/logs.py).
+LOG_FORMAT = env_choice("BEACON_LOG_FORMAT", "plain", ("plain", "json"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "apps.core.logs.ContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s%(context)s: %(message)s"},
+        "json": {"()": "apps.core.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT,
+                             "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         "beacon": {"level": LOG_LEVEL, "propagate": True},

@@ -1,6 +1,11 @@
 """A crawler for the portal as one signed-in person sees it: every link followed, every form
 submitted with its default (or first) values, every answer recorded (issue 19 item 8).
 
+Issue 26: it also records every in-page link (``#section``, on the page or on another
+page it visited) whose target id is not on the page, and every absolute link that is not on
+the address the portal is served on (``served``: links in pages, alerts and digests come
+from ``SITE_URL``, which must be that address).
+
 Bounded so a run stays short on a demo with thousands of jobs: at most ``per_route`` pages
 per URL name (job pages, statements, ... differ only by their object) and ``max_pages`` in
 all. Used by ``tests/core/test_crawl.py``.
@@ -8,6 +13,7 @@ all. Used by ``tests/core/test_crawl.py``.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -43,6 +49,9 @@ class _PageParser(HTMLParser):
     def __init__(self, page: str) -> None:
         super().__init__(convert_charrefs=True)
         self.page, self.links, self.forms = page, [], []
+        self.ids: set[str] = set()
+        self.absolute: list[str] = []  # every http(s) URL a link, form, htmx call or message names
+        self._pre = 0
         self._form: Form | None = None
         self._select: tuple[str, list[str], list[str]] | None = None  # name, options, selected
         self._textarea: tuple[str, list[str]] | None = None
@@ -50,6 +59,14 @@ class _PageParser(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
+        self._pre += tag == "pre"
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("name"):
+            self.ids.add(a["name"])
+        for attr in ("href", "hx-get", "hx-post", "action"):
+            if urlsplit(a.get(attr, "")).scheme in ("http", "https"):
+                self.absolute.append(a[attr])
         if tag == "a" and a.get("href"):
             self.links.append(urljoin(self.page, a["href"]))
         if a.get("hx-get"):
@@ -84,8 +101,11 @@ class _PageParser(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self._textarea is not None:
             self._textarea[1].append(data)
+        if self._pre:  # a stored message (a digest, an alert): its URLs are links to follow
+            self.absolute += _URL.findall(data)
 
     def handle_endtag(self, tag: str) -> None:
+        self._pre -= tag == "pre" and self._pre > 0
         if self._form is None:
             return
         if tag == "select" and self._select is not None:
@@ -110,6 +130,13 @@ def _route(url: str) -> str:
         return path
 
 
+SERVED = "http://testserver"  # the test client's address
+_URL = re.compile(r"https?://[^\s<>\"')]+")
+# Reference sites a page may cite (a finding's ATT&CK technique): not the portal, so never
+# "another address of it". Anything else absolute must be on the served address.
+REFERENCES = ("https://attack.mitre.org/",)
+
+
 def _internal(url: str) -> str | None:
     """The path and query of a link into the portal, or None for another site."""
     url = urldefrag(url)[0]
@@ -119,6 +146,12 @@ def _internal(url: str) -> str | None:
     return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
+def _on(address: str, url: str) -> bool:
+    """Is ``url`` on ``address`` (scheme, host and port alike)?"""
+    a, u = urlsplit(address), urlsplit(url)
+    return (a.scheme, a.netloc) == (u.scheme, u.netloc)
+
+
 @dataclass
 class Report:
     """What one pass saw: every request and the faults among them."""
@@ -126,6 +159,8 @@ class Report:
     visited: list[tuple[str, str, int]] = field(default_factory=list)  # method, url, status
     server_errors: list[str] = field(default_factory=list)
     broken_links: list[str] = field(default_factory=list)
+    missing_anchors: list[str] = field(default_factory=list)  # "#x" with no id="x" there
+    offsite_links: list[str] = field(default_factory=list)  # absolute, not the served address
     forms: int = 0
 
     def record(self, method: str, url: str, status: int, source: str, is_link: bool) -> None:
@@ -137,16 +172,22 @@ class Report:
 
 
 class Crawler:
-    def __init__(self, client: Client, per_route: int = 3, max_pages: int = 400) -> None:
+    def __init__(self, client: Client, per_route: int = 3, max_pages: int = 400,
+                 served: str = SERVED) -> None:
         self.client, self.per_route, self.max_pages = client, per_route, max_pages
+        self.served = served
+        self.ids: dict[str, set[str]] = {}  # page (path and query) -> its element ids
+        self.fragments: list[tuple[str, str, str]] = []  # (page, fragment, linked from)
 
-    def crawl(self, start: str = "/") -> Report:
+    def crawl(self, start: str = "/", also: tuple[str, ...] = ()) -> Report:
+        """Everything reachable from ``start``, ``ALSO_VISIT`` and ``also`` (pages the
+        per-route bound might not reach, such as a job without telemetry)."""
         report = Report()
         seen: set[str] = set()
         per_route: Counter[str] = Counter()
         forms_done: set[tuple[str, str, tuple[str, ...]]] = set()
         queue: deque[tuple[str, str]] = deque([(start, "start")])
-        queue.extend((url, "start") for url in ALSO_VISIT)
+        queue.extend((url, "start") for url in (*ALSO_VISIT, *also))
         while queue and len(report.visited) < self.max_pages:
             url, source = queue.popleft()
             route = _route(url)
@@ -160,6 +201,7 @@ class Crawler:
                 continue
             parser = _PageParser("http://testserver" + url)
             parser.feed(html)
+            self._anchors(url, parser, report)
             for link in parser.links:
                 target = _internal(link)
                 if target and not target.startswith(SKIP_PREFIXES) and target not in seen:
@@ -168,7 +210,23 @@ class Crawler:
                 if form.key not in forms_done and _internal(form.action):
                     forms_done.add(form.key)
                     self._submit(form, report, queue, seen)
+        report.missing_anchors += [f"{page}#{frag} (linked from {source})"
+                                   for page, frag, source in self.fragments
+                                   if page in self.ids and frag not in self.ids[page]]
         return report
+
+    def _anchors(self, url: str, parser: _PageParser, report: Report) -> None:
+        """Keep the page's ids and its links' fragments (checked once every page is seen);
+        note its absolute links off the served address."""
+        self.ids[url] = parser.ids
+        for link in parser.links:
+            target, fragment = urldefrag(link)
+            page = _internal(target)
+            if fragment and page is not None and not fragment.startswith(("!", "/")):
+                self.fragments.append((page, fragment, url))
+        report.offsite_links += [f"{link} (on {url})" for link in parser.absolute
+                                 if not _on(self.served, link)
+                                 and not link.startswith(REFERENCES)]
 
     def _get(self, url: str, source: str, report: Report) -> str | None:
         response = self.client.get(url)

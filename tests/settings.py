@@ -16,3 +16,6 @@ if "sqlite3" in DATABASES["default"]["ENGINE"]:  # noqa: F405
     # A file, not the in-memory default: the real-worker tests write from another thread,
     # and SQLite's shared in-memory cache locks whole tables across threads.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}  # noqa: F405
+# Throttle counts live in the cache, which outlives a test: off here, on in
+# tests/api/test_throttles.py, which sets its own rates.
+API_THROTTLE_RATES = dict.fromkeys(API_THROTTLE_RATES)  # noqa: F405

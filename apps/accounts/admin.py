@@ -1,11 +1,14 @@
+from typing import Any
+
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from apps.accounts import tokens
 from apps.accounts.lockout import unlock
-from apps.accounts.models import Contact, Membership, Profile, Team
+from apps.accounts.models import ApiToken, Contact, Membership, Profile, Team
 from apps.clusters.models import SlurmAccount
 
 
@@ -32,6 +35,28 @@ class TeamAdmin(admin.ModelAdmin):
 class ContactAdmin(admin.ModelAdmin):
     list_display = ["area", "name", "email", "team", "cluster"]
     list_filter = ["area", "cluster"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Every user's named API tokens, to revoke one when someone leaves. Made only by their
+    owner ("My API tokens") or ``manage.py create_token``: a key is shown once, to its maker."""
+
+    list_display = ["name", "user", "hint", "created_at", "last_used_at", "expires_at"]
+    list_filter = ["expires_at"]
+    search_fields = ["name", "user__username", "hint"]
+    fields = ["name", "user", "hint", "created_at", "last_used_at", "expires_at"]
+    readonly_fields = ["name", "user", "hint", "created_at", "last_used_at"]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def delete_model(self, request: Any, obj: ApiToken) -> None:
+        tokens.revoke(obj, request)  # audited like a revoke on the page
+
+    def delete_queryset(self, request: Any, queryset: Any) -> None:
+        for token in queryset:
+            tokens.revoke(token, request)
 
 
 class ProfileInline(admin.StackedInline):

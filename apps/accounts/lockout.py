@@ -56,7 +56,7 @@ def lockout_response(request: HttpRequest, original_response: Any = None,
         "minutes": minutes_left(ends, now), "until": ends,
         "failure_limit": get_failure_limit(request, credentials),
         "lockout_minutes": round(cool_off.total_seconds() / 60),
-    }, status=settings.AXES_HTTP_RESPONSE_CODE)
+    }, status=getattr(settings, "AXES_HTTP_RESPONSE_CODE", 429))  # axes' default
     response["Retry-After"] = str(max(1, math.ceil((ends - now).total_seconds())))
     return response
 

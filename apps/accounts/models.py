@@ -122,7 +122,9 @@ class Profile(TimeStampedModel):
 
 class ApiToken(models.Model):
     """A named API token of one user ("My API tokens"). Only a SHA-256 of the key is kept:
-    the key is shown once, when it is made, and cannot be read back. Revoking deletes it."""
+    the key is shown once, when it is made, and cannot be read back. Revoking deletes it;
+    past ``expires_at`` (when set) it is refused. The one kind of API token: DRF's plaintext
+    one-per-user tokens were moved here, hashed, by migration 0005 (issue 27)."""
 
     PREFIX = "bcn_"
 
@@ -134,12 +136,17 @@ class ApiToken(models.Model):
                                                      "tokens apart")
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True,
+                                      help_text="refused from then on; empty: never expires")
 
     class Meta:
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.hint}…)"
+
+    def expired(self, now: Any) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
 
     @staticmethod
     def digest_of(key: str) -> str:

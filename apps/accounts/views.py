@@ -9,11 +9,12 @@ from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
+from django.utils import timezone
 from django.views import View
 from django.views.generic import DetailView, TemplateView
 
 from apps.accounts import tokens
-from apps.accounts.forms import TokenForm
+from apps.accounts.forms import DEFAULT_LIFETIME, LIFETIMES, TokenForm
 from apps.accounts.models import ApiToken, Contact, Membership, Team
 from apps.accounts.permissions import VIEW, ActionRequiredMixin, signed_in
 from apps.jobs.models import Job
@@ -67,14 +68,18 @@ class ApiTokensView(ActionRequiredMixin, TemplateView):
         ctx = super().get_context_data(**kwargs)
         ctx["tokens"] = ApiToken.objects.filter(user=signed_in(self.request))
         ctx["api_root"] = reverse("api:root")
+        ctx["lifetimes"], ctx["default_lifetime"] = LIFETIMES, DEFAULT_LIFETIME
+        ctx["now"] = timezone.now()
         return ctx
 
     def post(self, request: HttpRequest) -> HttpResponse:
         form = TokenForm(request.POST)
         try:
             if not form.is_valid():
-                raise tokens.TokenError(" ".join(str(e) for e in form.errors.get("name", [])))
-            token, key = tokens.create(request.user, form.cleaned_data["name"], request)
+                raise tokens.TokenError(" ".join(str(e) for errors in form.errors.values()
+                                                 for e in errors))
+            token, key = tokens.create(request.user, form.cleaned_data["name"], request,
+                                       days=form.cleaned_data["expires"])
         except tokens.TokenError as exc:
             return self.render_to_response(self.get_context_data(
                 error=str(exc), name=form.cleaned_data.get("name", "")), status=400)

@@ -11,8 +11,8 @@ Each sample (a scrape, or a window mean) is split into:
 - **waiting**: busy but not computing, ``max(util, sm) - sm``. A kernel was resident, the
   SMs were not: the NCCL-waiting signature ("util high, SM low"). Where NVLink/PCIe
   traffic is measured, the share of waiting time with traffic is reported too;
-- **held idle**: no kernel, but a process holds GPU memory;
-- **no process**: no kernel and no memory held.
+- **held idle**: no kernel, but a process holds GPU memory (``Thresholds.memory_held_mib``);
+- **no process**: no kernel and no memory held (at most a bare CUDA context).
 
 With duty cycle (GPU util) alone, busy time cannot be split: it all counts as useful and
 the result is flagged as an upper bound.
@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
+from apps.analysis.idleness import RULES as IDLE_RULES
 from apps.analysis.timeseries import GpuKey, Point, Series, Window, measured
 
 ACTIVITY_FALLBACK = ("sm_active", "gr_engine_active", "gpu_util")
@@ -41,10 +42,12 @@ MEAN_MEASURES = ("gpu_util", "sm_active", "gr_engine_active", "tensor_active", "
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Where "idle" and "memory held" start; admins may tune them per site."""
+    """Where "idle" and "memory held" start: the site's one reading (``idleness.IdleRules``,
+    settings ``IDLE_BELOW_PERCENT`` and ``MEMORY_HELD_MIB``), so the split agrees with the
+    findings and the alerts."""
 
-    idle_activity: float = 0.05  # activity below this counts as idle
-    memory_held_mib: float = 256.0  # a CUDA context alone holds a few hundred MiB
+    idle_activity: float = IDLE_RULES.idle_below  # activity below this counts as idle
+    memory_held_mib: float = IDLE_RULES.memory_held_mib  # more than a bare CUDA context
     traffic_bytes: float = 1e6  # B/s of NVLink/PCIe traffic that counts as communicating
 
 

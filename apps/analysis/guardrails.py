@@ -7,11 +7,17 @@ the ``input-stall*`` diagnosis rules). ``evaluate`` says which alerts the view c
 
 - ``gpus_idle``: GPUs whose samples stayed below ``idle_below`` busy for ``idle_minutes``
   (``interactive_idle_minutes`` on interactive partitions, where a GPU waits while
-  people think between cells), naming those GPUs and since when;
+  people think between cells), naming those GPUs and since when; or a job the site's
+  idleness reading (``apps/analysis/idleness.py``, the one the diagnosis and the pages
+  use) calls idle over its run so far;
 - ``memory_held``: of those idle GPUs, the ones holding at least ``memory_held_mib`` of
-  memory (a CUDA context alone holds a few hundred MiB): memory another job could use;
+  memory (a CUDA context alone holds a few hundred MiB): memory another job could use; or
+  a job the reading calls idle or mostly idle with its memory held (issue 26: a notebook
+  busy 8 % now and then never stays idle an hour in a row, yet held its GPUs for days);
 - ``straggler``: the live verdict names a GPU holding back a multi-GPU job, with its cause;
-  a hardware cause (thermal, clocks, XID, ECC, power) is copied to the hardware contact;
+  a hardware cause (thermal, a hardware slowdown or power brake, clocks below peers at the
+  same load, XID, ECC) is copied to the hardware contact; the busiest GPU at its software
+  power limit is the slowest stage, the owner's alone;
 - ``input_stall``: the input-stall diagnosis fires (GPUs waiting on data loading).
 
 Idle time is counted between samples only: a run of idle samples from ``t0`` to ``t1`` is
@@ -25,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from apps.analysis.idleness import IDLE, RULES, Idleness, IdleRules, holds_memory
+
 KINDS = ("gpus_idle", "memory_held", "straggler", "input_stall")
 KIND_TITLES = {
     "gpus_idle": "GPUs idle",
@@ -33,10 +41,16 @@ KIND_TITLES = {
     "input_stall": "GPUs waiting on input (data loading or the file system)",
 }
 # A straggler whose cause is one of these is a hardware matter: the hardware contact hears too.
-HARDWARE_CAUSES = frozenset({"thermal", "clock", "xid", "ecc", "power"})
+# (``power``, the software power cap, was one until issue 28: the busiest GPU reaches it.)
+HARDWARE_CAUSES = frozenset({"thermal", "hw_slowdown", "clock", "xid", "ecc"})
 CAUSE_WORDS = {"thermal": "thermal throttling (the GPU runs hot and slows its clocks)",
-               "clock": "a low SM clock", "xid": "XID errors reported by the driver",
+               "hw_slowdown": "a hardware slowdown or power brake reported by the GPU",
+               "clock": "SM clocks below its peers' at the same load",
+               "xid": "XID errors reported by the driver",
                "ecc": "uncorrectable ECC memory errors", "power": "power capping",
+               "power_limit": "the slowest stage: it has the most work, so it runs at its "
+                              "software power limit (a consequence of its load, not a fault); "
+                              "uneven work per rank or pipeline stage is the likely cause",
                "unknown": "no hardware sign: uneven work per rank is the likely cause"}
 
 
@@ -76,7 +90,8 @@ class Stall:
 
 @dataclass(frozen=True)
 class LiveJob:
-    """What the beat reads about one running job."""
+    """What the beat reads about one running job; ``idleness`` is the site's reading of its
+    run so far (the job page's and the diagnosis')."""
 
     start: float
     now: float
@@ -84,21 +99,30 @@ class LiveJob:
     interactive: bool = False
     straggler: Straggler | None = None
     stall: Stall | None = None
+    idleness: Idleness | None = None
 
 
 @dataclass(frozen=True)
 class AlertConfig:
-    """Thresholds (settings ``GUARDRAILS_*``)."""
+    """Thresholds (settings ``GUARDRAILS_*``; idle and memory held: the site's ``IdleRules``)."""
 
     idle_minutes: int = 60
     interactive_idle_minutes: int = 240
-    idle_below: float = 0.05  # busy share under which a sample is idle
-    memory_held_mib: float = 1024.0
+    rules: IdleRules = RULES
     min_run_minutes: int = 30  # a verdict over less of a run is noise
     # ... or over fewer scrape windows per GPU: on coarse telemetry (hourly) the first check
     # holds one sample per GPU, and one window's wait shares named a straggler in a healthy
     # 2-GPU job that the later checks (and its archive) cleared.
     min_samples: int = 2
+
+    @property
+    def idle_below(self) -> float:
+        """Busy share under which a sample is idle."""
+        return self.rules.idle_below
+
+    @property
+    def memory_held_mib(self) -> float:
+        return self.rules.memory_held_mib
 
 
 @dataclass(frozen=True)
@@ -119,9 +143,10 @@ def evaluate(view: LiveJob, config: AlertConfig = AlertConfig()) -> list[Raised]
     if idle:
         raised.append(_idle_alert(idle, view, config))
         held = {gpu: run for gpu, run in idle.items()
-                if run.memory_mib is not None and run.memory_mib >= config.memory_held_mib}
+                if run.memory_mib is not None and holds_memory(run.memory_mib, config.rules)}
         if held:
             raised.append(_memory_alert(held))
+    raised += _reading_alerts(view, {r.kind for r in raised})
     long_enough = (view.now - view.start >= config.min_run_minutes * 60
                    and min((len(t.times) for t in view.gpus), default=0) >= config.min_samples)
     if long_enough and view.straggler is not None:
@@ -161,7 +186,7 @@ def idle_run(track: GpuTrack, idle_below: float) -> IdleRun | None:
         busy = track.busy[i]
         if busy is None:
             continue
-        if busy >= idle_below:
+        if not busy < idle_below:  # the one reading: idleness.is_idle
             break
         since, count = track.times[i], count + 1
         last = track.times[i] if last is None else last
@@ -213,6 +238,23 @@ def _memory_alert(held: dict[str, IdleRun]) -> Raised:
                                              / 1024, 1)})
 
 
+def _reading_alerts(view: LiveJob, have: set[str]) -> list[Raised]:
+    """What the site's idleness reading of the run so far calls for, beyond the idle runs:
+    the same words and numbers as the job page and the diagnosis."""
+    reading = view.idleness
+    if reading is None or not reading.flagged:
+        return []
+    gpus = tuple(sorted(t.gpu for t in view.gpus))
+    detail = {"reading": reading.state, "busy": reading.busy, "held": reading.held,
+              "hours": reading.hours, "summary": reading.summary}
+    out = []
+    if reading.state == IDLE and "gpus_idle" not in have:
+        out.append(Raised("gpus_idle", gpus, view.start, detail=detail))
+    if reading.memory_held and "memory_held" not in have:
+        out.append(Raised("memory_held", gpus, view.start, detail=detail))
+    return out
+
+
 def _straggler_alert(view: LiveJob) -> Raised:
     s = view.straggler
     assert s is not None
@@ -244,6 +286,8 @@ CHECKS = {
 def describe(alert: Raised, started: str, since: str) -> str:
     """One alert in plain words: what was seen, on which GPUs, since when (times as given)."""
     d, gpus = alert.detail, ", ".join(alert.gpus)
+    if "summary" in d:  # the idleness reading of the run (apps/analysis/idleness.py)
+        return f"{d['summary']} (GPUs {gpus}, running since {started})."
     if alert.kind == "gpus_idle":
         return (f"{d['idle_gpus']} of the job's {d['gpus']} GPUs ({gpus}) did no work "
                 f"(under {d.get('below_pct', 5)}% busy) since {since}: {d['idle_hours']:.1f} h "

@@ -7,12 +7,17 @@ Each recommendation carries its evidence and the exact ``#SBATCH`` line to use n
   jobs count: a failed or cancelled run says nothing about what the work needs. Unused
   time costs no GPU-hours, but it keeps the scheduler from backfilling other jobs around
   it; its figure is the GPU-hours asked for and not used.
-- ``gpus``: a job whose GPUs did no work over the whole run (busy under 5 %) gets the
-  count it used, keeping the GPU type it asked for (none used: no GPU line at all).
+- ``gpus``: a job whose GPUs did no work over the whole run (idle by the site's one
+  reading, ``idleness.is_idle``: busy under 5 % by default) gets the count it used,
+  keeping the GPU type it asked for (none used: no GPU line at all).
 - ``mig``: a one-GPU job whose activity and peak memory fit a MIG slice gets the smallest
   slice that holds both (the GPU model's profiles below); the rest of the GPU is waste.
 - ``mem``: where the job held its nodes whole (node memory is node-shared), CPU memory
   requested at least twice the peak in use and 8 GiB more gets the peak plus a quarter.
+  Slurm's ``--mem`` is per node while its accounting (TRES ``mem``) counts the whole
+  allocation: the request is read per node (the total over the job's nodes) and the peak
+  is the busiest node's (the highest of the nodes' peaks, never their sum), so the advice
+  for a 2-node job is a per-node ``--mem`` (issue 26).
 
 Figures are GPU-hours; CPU memory is GiB and counts no GPU-hours.
 """
@@ -23,7 +28,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-IDLE_BUSY = 0.05  # a GPU busy less than this over the run did no work
+from apps.analysis.idleness import RULES, IdleRules, is_idle, percent
+
 TIME_SHARE = 0.5  # used under half of the limit ...
 TIME_SLACK_S = 3600  # ... and at least an hour less
 TIME_MARGIN = 1.5  # suggested limit: run time plus half
@@ -61,8 +67,19 @@ class FinishedJob:
     gpus: int
     gpu_type: str = ""
     used: tuple[GpuUse, ...] = ()  # measured GPUs (empty: no telemetry)
-    mem_requested_mb: int = 0
-    mem_peak_bytes: float | None = None  # only where the job held its nodes whole
+    mem_requested_mb: int = 0  # Slurm's TRES mem: the whole allocation, every node
+    nodes: int = 1
+    mem_peaks_bytes: tuple[float, ...] = ()  # each node's peak, only where held whole
+
+    @property
+    def mem_per_node_mb(self) -> float:
+        """What ``--mem`` asked for on each node."""
+        return self.mem_requested_mb / max(1, self.nodes)
+
+    @property
+    def mem_peak_bytes(self) -> float | None:
+        """The busiest node's peak: what ``--mem`` must hold on every node."""
+        return max(self.mem_peaks_bytes) if self.mem_peaks_bytes else None
 
 
 @dataclass(frozen=True)
@@ -75,9 +92,9 @@ class Recommendation:
     waste_gib: float = 0.0
 
 
-def recommend(job: FinishedJob) -> list[Recommendation]:
-    """Every recommendation for ``job``, in the kinds' order."""
-    found = [_time(job), _gpus(job), _mig(job), _mem(job)]
+def recommend(job: FinishedJob, rules: IdleRules = RULES) -> list[Recommendation]:
+    """Every recommendation for ``job``, in the kinds' order (idle GPUs by ``rules``)."""
+    found = [_time(job), _gpus(job, rules), _mig(job, rules), _mem(job)]
     return [r for r in found if r is not None]
 
 
@@ -112,10 +129,10 @@ def _gres(gpu_type: str, count: int) -> str:
     return f"gpu:{gpu_type}:{count}" if gpu_type else f"gpu:{count}"
 
 
-def _gpus(job: FinishedJob) -> Recommendation | None:
+def _gpus(job: FinishedJob, rules: IdleRules) -> Recommendation | None:
     if job.gpus < 1 or len(job.used) < job.gpus:
         return None
-    idle = [g for g in job.used if g.busy < IDLE_BUSY]
+    idle = [g for g in job.used if is_idle(g.busy, rules)]
     if not idle:
         return None
     used = job.gpus - len(idle)
@@ -125,17 +142,18 @@ def _gpus(job: FinishedJob) -> Recommendation | None:
             "session when the work stops)")
     return Recommendation(
         "gpus", line, f"--gres={_gres(job.gpu_type, job.gpus)}",
-        f"{len(idle)} of its {job.gpus} GPUs did no work over the whole run ({names})",
+        f"{len(idle)} of its {job.gpus} GPUs did no work over the whole run (busy under "
+        f"{percent(rules.idle_below)}: {names})",
         waste_gpu_hours=len(idle) * job.elapsed_s / 3600)
 
 
-def _mig(job: FinishedJob) -> Recommendation | None:
+def _mig(job: FinishedJob, rules: IdleRules) -> Recommendation | None:
     profiles = MIG_PROFILES.get(job.gpu_type.lower())
     if job.gpus != 1 or len(job.used) != 1 or not profiles:
         return None
     use = job.used[0]
     activity = use.activity if use.activity is not None else use.busy
-    if use.memory_peak_mib is None or use.busy < IDLE_BUSY:
+    if use.memory_peak_mib is None or is_idle(use.busy, rules):
         return None  # an idle GPU is the "gpus" case's, not a slice's
     for name, sevenths, gib in profiles:
         if activity <= sevenths / 7 and use.memory_peak_mib * MIG_HEADROOM <= gib * 1024:
@@ -149,17 +167,20 @@ def _mig(job: FinishedJob) -> Recommendation | None:
 
 
 def _mem(job: FinishedJob) -> Recommendation | None:
-    if job.mem_peak_bytes is None or job.mem_requested_mb <= 0 or job.mem_peak_bytes <= 0:
+    peak = job.mem_peak_bytes
+    if peak is None or job.mem_requested_mb <= 0 or peak <= 0:
         return None
-    asked_gib = job.mem_requested_mb / 1024
-    peak_gib = job.mem_peak_bytes / GIB
+    asked_gib = job.mem_per_node_mb / 1024
+    peak_gib = peak / GIB
     if asked_gib < MEM_RATIO * peak_gib or asked_gib - peak_gib < MEM_SLACK_GIB:
         return None
     suggested = math.ceil(peak_gib * MEM_MARGIN)
+    where = (f"on the busiest of its {job.nodes} nodes" if job.nodes > 1 else "on its node")
     return Recommendation(
         "mem", f"#SBATCH --mem={suggested}G", f"--mem={asked_gib:.0f}G",
-        f"peak CPU memory in use {peak_gib:.1f} GiB of the {asked_gib:.0f} GiB asked for",
-        waste_gib=asked_gib - suggested)
+        f"peak CPU memory in use {peak_gib:.1f} GiB {where}, of the {asked_gib:.0f} GiB "
+        "asked per node",
+        waste_gib=(asked_gib - suggested) * max(1, job.nodes))
 
 
 def waste_by_kind(recommendations: Sequence[Recommendation]) -> dict[str, float]:

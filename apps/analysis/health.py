@@ -25,8 +25,11 @@ from apps.analysis.efficiency import weights
 from apps.analysis.timeseries import Point, Series, Window, counter_increase, measured
 
 THERMAL_BITS = 0x20 | 0x40
-POWER_BITS = 0x04 | 0x80
-HW_SLOWDOWN_BITS = 0x08
+# The software power cap (0x4) is the limit doing its job: the busiest GPU reaches it
+# first. A hardware slowdown (0x8) or power brake (0x80, an external signal: the node's
+# power supply) is the device or its node acting up (issue 28).
+POWER_BITS = 0x04
+HW_SLOWDOWN_BITS = 0x08 | 0x80
 # XIDs that mean the GPU or its memory is faulty (NVIDIA's XID catalogue): the others are
 # mostly application errors (13 graphics exception, 31 MMU fault, 43 reset channel).
 HARDWARE_XIDS = frozenset({48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120})
@@ -145,6 +148,22 @@ def residency_mask(buckets: Mapping[str, Sequence[float | None]],
         out.append(float(sum(bits for bits, share in seen if share is not None
                              and share >= most)) if seen else None)
     return out
+
+
+def nvlink_laggards(gpus: Sequence[tuple[str, float, float | None]], idle_below: float = 0.05,
+                    low: float = 0.25) -> tuple[str, ...] | None:
+    """GPUs that ran but moved under ``low`` of the other running GPUs' NVLink bytes (median).
+
+    ``gpus``: (name, busy share, NVLink bytes/s or None). Only GPUs that ran count, on both
+    sides: a GPU held and never used moves no NVLink traffic, and it belongs to the idle-GPU
+    finding, not to the interconnect's (issue 28). None: fewer than two running GPUs with
+    NVLink measured, nothing to compare.
+    """
+    rates = {name: bps for name, busy, bps in gpus if bps is not None and busy >= idle_below}
+    if len(rates) < 2:
+        return None
+    return tuple(name for name, bps in rates.items()
+                 if bps < low * statistics.median(r for o, r in rates.items() if o != name))
 
 
 def _values(points: Sequence[Point] | None) -> list[float]:

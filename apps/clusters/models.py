@@ -134,8 +134,12 @@ class Cluster(TimeStampedModel):
 
     @property
     def is_stale(self) -> bool:
-        """Slurm data is stale when the last job sync failed or is older than STALE_AFTER."""
-        if self.slurm_backend == self.SlurmBackend.NONE:
+        """Slurm data is stale when the last job sync failed or is older than STALE_AFTER.
+
+        A simulated cluster never is (issue 26): its Slurm is the simulator's saved month,
+        read once by ``load_demo``, and nothing newer exists to sync; the pages say
+        "simulated" instead."""
+        if self.slurm_backend == self.SlurmBackend.NONE or self.is_simulated:
             return False
         if self.last_sync_error or self.last_sync_ok_at is None:
             return True

@@ -15,12 +15,18 @@ class CoreConfig(AppConfig):
         from django.contrib.auth.signals import user_logged_in
         from django.db.backends.signals import connection_created
 
-        from apps.core import checks, metrics  # noqa: F401  system checks; Celery signal receivers
+        from apps.core import checks, logs, metrics  # noqa: F401  system checks; Celery signal receivers
         from apps.core.sessions import stamp_login
         from apps.core.sqlite import restrict_sqlite_files
 
         user_logged_in.connect(stamp_login, dispatch_uid="beacon-session-clocks")
         connection_created.connect(restrict_sqlite_files, dispatch_uid="beacon-sqlite-0600")
+
+        from django.conf import settings
+
+        from apps.core import observability
+
+        observability.start(settings)  # Sentry, OpenTelemetry: only when their variable is set
 
         _log_modes()
 

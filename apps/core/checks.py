@@ -10,6 +10,8 @@ from django.conf import settings
 from django.core.checks import Error, Warning, register
 
 from apps.analysis import egress
+from apps.analysis.recipients import valid_domain
+from apps.core.idle_rules import idle_rules
 
 
 def url_problem(url: str) -> str | None:
@@ -84,6 +86,39 @@ def check_webhook_egress(app_configs: Any = None, **kwargs: Any) -> list[Error |
 
 
 @register()
+def check_idle_rules(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """The idleness thresholds must make one reading (idle under mostly idle, shares <= 100 %)."""
+    try:
+        idle_rules()
+    except ValueError as exc:
+        return [Error(str(exc), hint="IDLE_BELOW_PERCENT <= MOSTLY_IDLE_BELOW_PERCENT <= 100 and "
+                      "IDLE_HELD_PERCENT <= 100", id="core.E003")]
+    return []
+
+
+@register()
+def check_task_time_limits(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """A task allowed to run longer than the claim it holds or the stale-run sweep's age
+    would be taken over, or marked failed, while it still runs (settings.TASK_KINDS)."""
+    grace = settings.TASK_TIME_LIMIT_GRACE
+    bounds = [("sync", "SLURM_SYNC_CLAIM_EXPIRY", settings.SLURM_SYNC_CLAIM_EXPIRY),
+              ("detection", "SECURITY_CLAIM_EXPIRY", settings.SECURITY_CLAIM_EXPIRY)]
+    problems = [
+        Warning(f"TASK_TIME_LIMIT_{kind.upper()} plus the grace ({limit} s) is not under "
+                f"{name} ({bound} s): a second run could take over a running one",
+                hint=f"lower TASK_TIME_LIMIT_{kind.upper()} or raise {name}", id="core.W004")
+        for kind, name, bound in bounds
+        if (limit := settings.TASK_KINDS[kind][0] + grace) >= bound]
+    stale = settings.TASK_RUN_STALE_MINUTES * 60
+    if stale <= settings.TASK_LONGEST_SECONDS:
+        problems.append(Warning(
+            f"the longest task time limit ({settings.TASK_LONGEST_SECONDS} s) is not under "
+            f"TASK_RUN_STALE_MINUTES ({stale} s): the sweep would fail runs still going",
+            hint="raise TASK_RUN_STALE_MINUTES", id="core.W004"))
+    return problems
+
+
+@register()
 def check_data_dir(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     """BEACON_DATA_DIR holds the secret key and the embedded database. Beacon creates it
     0700; one that was there before (an older checkout, a volume) may let others in."""
@@ -96,3 +131,14 @@ def check_data_dir(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     return [Warning(f"the data folder {settings.DATA_DIR} is readable by other local users "
                     f"(mode {mode:04o}): it holds the secret key and the SQLite database",
                     hint=f"chmod 700 {settings.DATA_DIR}", id="core.W006")]
+
+
+@register()
+def check_email_domain(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """BEACON_EMAIL_DOMAIN builds addresses from Slurm user names: it must be a domain."""
+    domain = settings.EMAIL_DOMAIN
+    if not domain or valid_domain(domain):
+        return []
+    return [Error(f"BEACON_EMAIL_DOMAIN={domain!r} is not a mail domain",
+                  hint="e.g. example.org (Slurm user ann is then told at ann@example.org)",
+                  id="core.E004")]

@@ -6,8 +6,9 @@ find:
 
 - ``gpus_idle``: ``idle_allocated_gpus`` (the alert names as many GPUs as were left idle)
   and ``idle_notebook``;
-- ``memory_held``: ``idle_notebook`` (idle notebooks keep their kernel's memory; the jobs
-  with idle allocated GPUs never touched theirs);
+- ``memory_held``: ``idle_notebook`` and ``mostly_idle_notebook`` (notebooks keep their
+  kernel's memory; the jobs with idle allocated GPUs never touched theirs), the latter by
+  the idleness reading the diagnosis shares (issue 26);
 - ``straggler``: ``straggler_gpu`` (the alert names the planted GPU);
 - ``input_stall``: ``input_pipeline_stall``.
 
@@ -32,7 +33,7 @@ from apps.guardrails.replay import Replayed
 
 TRUTH_KINDS: dict[str, tuple[str, ...]] = {
     "gpus_idle": ("idle_allocated_gpus", "idle_notebook"),
-    "memory_held": ("idle_notebook",),
+    "memory_held": ("idle_notebook", "mostly_idle_notebook"),
     "straggler": ("straggler_gpu",),
     "input_stall": ("input_pipeline_stall",),
 }

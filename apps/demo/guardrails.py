@@ -17,7 +17,8 @@ telemetry from its start), so the stage replays only the jobs that matter and st
 1. jobs that ended in the last ``DAYS`` days of the month or are still running (the week a
    digest covers);
 2. of those, the jobs whose stored archive shows a sign an alert could follow: a GPU with a
-   run of idle samples as long as the alert or policy needs, a straggler verdict, an
+   run of idle samples as long as the alert or policy needs, a run the site's idleness
+   reading flags (idle, or mostly idle with its memory held), a straggler verdict, an
    input-stall finding;
 3. each job's replay ends once what it was picked for has been raised (and the policy, for
    an idle job, has cancelled it).
@@ -40,6 +41,7 @@ from django.db.models import Q, QuerySet
 
 from apps.analysis import compact
 from apps.analysis.guardrails import AlertConfig
+from apps.analysis.idleness import IDLE
 from apps.audit.models import AuditEvent
 from apps.audit.services import record
 from apps.clusters.models import Cluster
@@ -48,6 +50,7 @@ from apps.guardrails.alerts import store_replayed
 from apps.guardrails.live import alert_config, is_interactive
 from apps.guardrails.models import Alert, PolicyAction
 from apps.guardrails.policy import ACTOR, config_for, policy_config
+from apps.jobs.idleness import job_idleness
 from apps.jobs.models import Job, JobFinding, JobMetrics, JobMetricSummary
 
 DAYS = 7  # the demo replays the jobs of the month's last week (and the running ones)
@@ -102,7 +105,23 @@ def pick(cluster: Cluster, now: datetime, config: AlertConfig,
         picked.setdefault(pk, set()).add("straggler")
     for pk in idle_jobs(recent, config):
         picked.setdefault(pk, set()).add("idle")
+    for pk, kinds in read_idle(recent, config).items():
+        picked.setdefault(pk, set()).update(kinds)
     return picked
+
+
+def read_idle(jobs: QuerySet[Job], config: AlertConfig) -> dict[int, set[str]]:
+    """Jobs the site's idleness reading of their stored archive flags (the job page's and the
+    diagnosis' reading): the alert kinds the same reading raises while they run."""
+    out: dict[int, set[str]] = {}
+    for metrics in JobMetrics.objects.filter(job__in=jobs).select_related("job"):
+        reading = job_idleness(metrics.job, metrics, config.rules)
+        if reading is None or not reading.flagged:
+            continue
+        out[metrics.job_id] = {"gpus_idle"} if reading.state == IDLE else set()
+        if reading.memory_held:
+            out[metrics.job_id].add("memory_held")
+    return out
 
 
 def idle_jobs(jobs: QuerySet[Job], config: AlertConfig) -> set[int]:

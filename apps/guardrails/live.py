@@ -27,10 +27,11 @@ from apps.jobs.diagnosis import (
     RuleSet,
     efficiency_facts,
     health_facts,
-    host_facts,
     straggler_facts,
 )
+from apps.jobs.idleness import idle_rules, job_idleness, run_hours
 from apps.jobs.models import Job, JobMetrics, JobMetricSummary, JobNodeMetrics
+from apps.jobs.node_facts import host_facts, receive_facts
 
 
 def alert_config() -> AlertConfig:
@@ -38,9 +39,7 @@ def alert_config() -> AlertConfig:
     return AlertConfig(
         idle_minutes=settings.GUARDRAILS_IDLE_MINUTES,
         interactive_idle_minutes=settings.GUARDRAILS_INTERACTIVE_IDLE_MINUTES,
-        idle_below=settings.GUARDRAILS_IDLE_BELOW_PERCENT / 100,
-        memory_held_mib=float(settings.GUARDRAILS_MEMORY_HELD_MIB),
-        min_run_minutes=settings.GUARDRAILS_MIN_RUN_MINUTES)
+        rules=idle_rules(), min_run_minutes=settings.GUARDRAILS_MIN_RUN_MINUTES)
 
 
 def is_interactive(job: Job) -> bool:
@@ -79,7 +78,8 @@ def view_from_rows(job: Job, metrics: JobMetrics, summaries: Sequence[JobMetricS
     facts = _facts(job, metrics, summaries, nodes, node_cpus, now)
     return LiveJob(start=job.start_time.timestamp(), now=now.timestamp(), gpus=tracks,
                    interactive=is_interactive(job), straggler=_straggler(metrics),
-                   stall=stall_rules.stall(facts) if metrics.has_data else None)
+                   stall=stall_rules.stall(facts) if metrics.has_data else None,
+                   idleness=job_idleness(job, metrics, now=now) if metrics.has_data else None)
 
 
 def _track(summary: JobMetricSummary, start: float, step: float) -> GpuTrack:
@@ -108,14 +108,16 @@ def _facts(job: Job, metrics: JobMetrics, summaries: Sequence[JobMetricSummary],
            now: datetime) -> dict[str, Fact]:
     """The diagnosis facts the stall rules read (as ``apps.jobs.diagnosis`` computes them)."""
     assert job.start_time is not None
+    hours = run_hours(job, metrics, now)
     facts: dict[str, Fact] = {"nodes": float(job.node_count),
                               "multi_node": float(job.node_count > 1),
-                              "run_hours": (now - job.start_time).total_seconds() / 3600}
+                              "run_hours": hours if hours is not None else 0.0}
     if metrics.has_data:
         facts.update(efficiency_facts(metrics, summaries))
         facts.update(straggler_facts(metrics))
         facts.update(health_facts(summaries))
         facts.update(host_facts(nodes, job.cpus, node_cpus))
+        facts.update(receive_facts(summaries, nodes, job.node_count > 1))
     return facts
 
 

@@ -48,6 +48,7 @@ from apps.guardrails.notify import (
     record_simulated,
     send_notice,
 )
+from apps.jobs.idleness import idle_rules
 from apps.jobs.models import Job, JobMetrics, JobMetricSummary
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def finished_job(job: Job, metrics: JobMetrics | None,
     return FinishedJob(state=job.state, elapsed_s=elapsed, time_limit_min=job.time_limit_min,
                        gpus=job.gpus, gpu_type=types[0] if len(types) == 1 else "",
                        used=used, mem_requested_mb=job.memory_mb,
-                       mem_peak_bytes=_mem_peak(job, node_cpus))
+                       nodes=max(1, job.node_count), mem_peaks_bytes=_mem_peaks(job, node_cpus))
 
 
 def _gpu_use(s: JobMetricSummary) -> GpuUse:
@@ -86,15 +87,17 @@ def _gpu_use(s: JobMetricSummary) -> GpuUse:
     return GpuUse(f"{s.host}:{s.gpu_index}", s.useful + s.waiting, activity, peak)
 
 
-def _mem_peak(job: Job, node_cpus: dict[str, int]) -> float | None:
-    """The highest node's peak memory in use, when the job held its nodes whole (node
-    memory is node-shared: on a shared node the other jobs' memory is in the figure)."""
+def _mem_peaks(job: Job, node_cpus: dict[str, int]) -> tuple[float, ...]:
+    """Each of the job's nodes' peak memory in use during the job (its archived node
+    telemetry), when the job held its nodes whole (node memory is node-shared: on a shared
+    node the other jobs' memory is in the figure); empty otherwise. The advice takes the
+    busiest node's (``FinishedJob.mem_peak_bytes``), as ``--mem`` is per node."""
     nodes = list(job.node_metrics.all())
     total = sum(node_cpus.get(n.host, 0) for n in nodes)
-    peaks = [n.mem_used_bytes for n in nodes if n.mem_used_bytes is not None]
+    peaks = tuple(n.mem_used_bytes for n in nodes if n.mem_used_bytes is not None)
     if not nodes or not peaks or total <= 0 or job.cpus < WHOLE_NODE * total:
-        return None
-    return max(peaks)
+        return ()
+    return peaks
 
 
 def advice_for(job: Job) -> list[Recommendation]:
@@ -111,12 +114,12 @@ def _advise(jobs: Iterable[Job]) -> list[JobAdvice]:
     metrics = {m.job_id: m for m in JobMetrics.objects.filter(job__in=jobs)}
     cpus = {(c, n): v for c, n, v in Node.objects.filter(
         cluster_id__in={j.cluster_id for j in jobs}).values_list("cluster_id", "name", "cpus")}
-    out = []
+    out, rules = [], idle_rules()
     for job in jobs:
         node_cpus = {n: v for (c, n), v in cpus.items() if c == job.cluster_id}
         summaries = list(job.metric_summaries.all())
         out.append(JobAdvice(job, tuple(recommend(
-            finished_job(job, metrics.get(job.pk), summaries, node_cpus)))))
+            finished_job(job, metrics.get(job.pk), summaries, node_cpus), rules))))
     return out
 
 

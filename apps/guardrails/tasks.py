@@ -12,13 +12,13 @@ from apps.core.retries import RETRY_DB
 from apps.guardrails import services, sizing
 
 
-@shared_task(soft_time_limit=900, time_limit=960, **RETRY_DB)
+@shared_task(**RETRY_DB)  # time limits: settings.TASK_KINDS
 def check_running_jobs() -> dict[str, Any]:
     """Beat: every running GPU job's live view, its alerts, the idle-job policy, the sends."""
     return services.run_checks()
 
 
-@shared_task(soft_time_limit=900, time_limit=960, **RETRY_DB)
+@shared_task(**RETRY_DB)  # time limits: settings.TASK_KINDS
 def send_digests() -> dict[str, Any]:
     """Beat: last week's right-sizing digests, once per user, lead and week."""
     return sizing.send_digests(timezone.now())

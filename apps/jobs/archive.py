@@ -50,6 +50,7 @@ from apps.jobs.archive_sources import (  # the archive's sources, as callers kno
 )
 from apps.jobs.archive_sources import catalogue_for as catalogue_for
 from apps.jobs.diagnosis import RuleSet, diagnose_job, diagnose_many
+from apps.jobs.idleness import efficiency_thresholds
 from apps.jobs.models import Job, JobGpu, JobMetrics, JobMetricSummary, JobNodeMetrics
 
 log = logging.getLogger(__name__)
@@ -246,7 +247,8 @@ def _archive_fetched(job: Job, source: str, telemetry: JobTelemetry, window: Win
 def summarise(todo: Todo, source: str, telemetry: JobTelemetry) -> Summary:
     """Step 4: the pure efficiency code, health and stragglers; the rows as plain data."""
     result = summarise_job(telemetry.gpus, todo.window, todo.gpu_hours,
-                           expected=[i.key for i in todo.intervals], gpu_count=todo.gpus)
+                           expected=[i.key for i in todo.intervals],
+                           thresholds=efficiency_thresholds(), gpu_count=todo.gpus)
     return _rows(todo, source, telemetry, analyse(telemetry, result, todo.window))
 
 
@@ -277,6 +279,7 @@ def signals(result: JobEfficiency, health: dict[GpuKey, GpuHealth]) -> list[GpuS
             key=s.key, busy=s.split.busy, computing=s.split.useful, waiting=s.split.waiting,
             traffic_share=s.waiting_with_traffic, sm_clock=h.sm_clock_busy,
             temperature=h.temp_mean, thermal_share=h.thermal_share, power_share=h.power_share,
+            hw_slowdown_share=h.hw_slowdown_share,
             xids=h.hardware_xids, ecc_dbe=h.ecc_dbe))
     return out
 
@@ -363,6 +366,7 @@ def _rows(todo: Todo, source: str, telemetry: JobTelemetry, analysis: Analysis) 
         "useful_hours": result.hours.useful, "waiting_hours": result.hours.waiting,
         "held_idle_hours": result.hours.held_idle,
         "no_process_hours": result.hours.no_process, "coverage": result.coverage,
+        "measured_s": max((g.measured_seconds for g in result.gpus), default=0.0),
         "means": result.means, "verdict": result.verdict,
         "gpus_missing": [str(k) for k in result.missing],
         "warnings": telemetry.warnings[:20], "last_error": "",

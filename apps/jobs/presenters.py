@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from django.db.models import (
@@ -25,6 +26,7 @@ from apps.analysis import compact
 from apps.analysis.efficiency import measure_note
 from apps.analysis.endings import OWNER_WORDS, EndingFacts, JobNames, explain, output_paths
 from apps.analysis.hostlist import expand as expand_hostlist
+from apps.analysis.idleness import Idleness
 from apps.analysis.phases import GPU_IDLE_CHECKS
 from apps.analysis.straggler_story import KEY as STORY_KEY
 from apps.analysis.straggler_story import rank_gpu
@@ -32,6 +34,7 @@ from apps.analysis.vendors import VENDOR_NAMES, measure_words
 from apps.core.templatetags.portal import duration, mb
 from apps.jobs import charts
 from apps.jobs.archive import PARTIAL_ATTEMPTS
+from apps.jobs.idleness import job_idleness
 from apps.jobs.models import (
     Job,
     JobFinding,
@@ -64,6 +67,7 @@ def metrics_card(job: Job) -> dict[str, Any]:
     card["partial_attempts"] = PARTIAL_ATTEMPTS
     if metrics is None or not metrics.has_data:
         return card
+    card["idleness"] = job_idleness(job, metrics)
     summaries = list(job.metric_summaries.order_by("host", "gpu_index"))
     hours = {key: getattr(metrics, field) for key, field in SPLIT_FIELDS}
     total = sum(hours.values()) or 1.0
@@ -335,6 +339,20 @@ LIST_COLUMNS = (
 )
 
 
+# The stored split the list's idleness tag reads (``apps.jobs.idleness.job_idleness``: the
+# job page's and the alerts' reading), joined in with the metrics row already there.
+IDLE_FIELDS = ("status", "measure", "useful_hours", "waiting_hours", "held_idle_hours",
+               "no_process_hours", "window_end", "measured_s")
+
+
+def list_idleness(job: Job) -> Idleness | None:
+    """The idleness reading of a list row (its ``split_*`` annotations)."""
+    split = SimpleNamespace(**{name: getattr(job, f"split_{name}", None) for name in IDLE_FIELDS})
+    if split.status not in JobMetrics.MEASURED or not split.measure:
+        return None
+    return job_idleness(job, split)
+
+
 def list_rows(jobs: QuerySet[Job], grouped: bool) -> QuerySet[Job]:
     """The list's rows: one per job, or one per array (its head task stands for it), with
     what the columns show joined in, so a page costs the same few queries at any size."""
@@ -344,7 +362,8 @@ def list_rows(jobs: QuerySet[Job], grouped: bool) -> QuerySet[Job]:
                 .values("job").annotate(n=Count("pk")).values("n"))
     return jobs.select_related("cluster", "team").only(*LIST_COLUMNS).annotate(
         useful=F("metrics__useful_fraction"),
-        finding_count=Subquery(findings, output_field=IntegerField()))
+        finding_count=Subquery(findings, output_field=IntegerField()),
+        **{f"split_{name}": F(f"metrics__{name}") for name in IDLE_FIELDS})
 
 
 def array_summaries(rows: list[Job]) -> dict[tuple[int, int], dict[str, Any]]:

@@ -124,6 +124,13 @@ class Preview:
     slurm_output: str
     version: int
     scheduled: bool
+    # What the new value does (issue 26): the usage the page shows now, the status the new
+    # limit gives it (``qmath.quota_status``: the figures the page shows after Confirm),
+    # and who would wait
+    usage: AccountUsage | None = None
+    after: qmath.QuotaStatus | None = None
+    users: tuple[str, ...] = ()
+    pending_jobs: int = 0
 
     @property
     def old_text(self) -> str:
@@ -132,6 +139,11 @@ class Preview:
     @property
     def new_text(self) -> str:
         return _fmt(self.new_minutes)
+
+    @property
+    def blocks(self) -> bool:
+        """The new limit is already used up: new jobs of the account wait at once."""
+        return self.after is not None and self.after.level >= 100
 
 
 def preview(account: SlurmAccount, month: date, minutes: int | None,
@@ -146,8 +158,23 @@ def preview(account: SlurmAccount, month: date, minutes: int | None,
     live = _live(client, account)
     rehearsal = client.set_account_limit(account.name, TRES, minutes, dry_run=True)
     quota = Quota.objects.filter(account=account, month=month).first()
+    usage = account_usage(account, effective_quotas([account], now).get(account.pk), now)
+    after = None if minutes is None else qmath.quota_status(
+        minutes / 60, usage.used_hours, usage.burn_hours_per_day, now)
     return Preview(account, month, live.grp_tres_mins.get(TRES), minutes, rehearsal.command,
-                   rehearsal.output, quota.version if quota else 0, scheduled)
+                   rehearsal.output, quota.version if quota else 0, scheduled, usage, after,
+                   *_who_would_wait(account))
+
+
+def _who_would_wait(account: SlurmAccount) -> tuple[tuple[str, ...], int]:
+    """The account's users (Slurm's user associations, else who ran jobs in it) and its
+    pending jobs: who a used-up quota stops."""
+    users = set(SlurmAssociation.objects.filter(cluster=account.cluster, account=account.name)
+                .exclude(user_name="").values_list("user_name", flat=True))
+    jobs = Job.objects.filter(cluster=account.cluster, account=account.name)
+    if not users:
+        users = set(jobs.exclude(user_name="").values_list("user_name", flat=True).distinct())
+    return tuple(sorted(users)), jobs.filter(state=Job.State.PENDING).count()
 
 
 # --- Apply -------------------------------------------------------------------------------------
@@ -426,6 +453,11 @@ class AccountUsage:
     used_hours: float
     month_hours: float
     status: qmath.QuotaStatus | None
+    # When each figure was taken (issue 26): the decayed usage is Slurm's sshare as last
+    # synced; the month's GPU-hours are counted live from the job records.
+    used_as_of: datetime | None = None
+    month_as_of: datetime | None = None
+    burn_hours_per_day: float = 0.0
 
     @property
     def limit_minutes(self) -> int | None:
@@ -453,7 +485,8 @@ def account_usage(account: SlurmAccount, quota: Quota | None, now: datetime) -> 
     month_hours = _hours(jobs, period.start, period.end, now)
     limit = quota.gpu_minutes if quota else slurm_minutes
     status = None if limit is None else qmath.quota_status(limit / 60, used, burn, now)
-    return AccountUsage(account, quota, slurm_minutes, used, month_hours, status)
+    return AccountUsage(account, quota, slurm_minutes, used, month_hours, status,
+                        assoc.updated_at if assoc else None, now, burn)
 
 
 def usage_for(accounts: Iterable[SlurmAccount], now: datetime | None = None) -> list[AccountUsage]:

@@ -171,10 +171,9 @@ def steps(cluster: Cluster, job: Job, now: int) -> list[dict[str, Any]]:
 
 
 def _max_rss(job: Job) -> int:
-    """A step's MaxRSS in bytes: a third of the per-node request, and just under it for a
-    job the OOM killer stopped (cgroup memory accounting samples the peak before the kill)."""
-    per_node = job.memory_mb * 1024 * 1024 // max(1, len(job.alloc))
-    return per_node * 97 // 100 if job.state == "OUT_OF_MEMORY" else per_node // 3
+    """A step's MaxRSS in bytes: the job's peak per node (``Job.rss_per_node_bytes``, the
+    figure the node exporter's memory in use adds up too)."""
+    return job.rss_per_node_bytes()
 
 
 def _step(job: Job, step_id: int | str, name: str, nodes: list[str], tasks: int,

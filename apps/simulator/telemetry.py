@@ -104,7 +104,7 @@ CPU_BUSY = {"train": 0.30, "train1": 0.30, "finetune": 0.35, "inference": 0.20, 
             "no_tensor": 0.30,
             "miner": 0.99, "held_idle": 0.05}
 OS_CORES = 0.4  # the node's own daemons
-MEMORY_BASE_GIB, MEMORY_PER_GPU_GIB = 24.0, 40.0
+MEMORY_BASE_GIB = 24.0  # the OS and daemons; each job adds its own peak (Job.rss_per_node_bytes)
 IDLE_THROTTLE, THERMAL_THROTTLE = 0x1, 0x20 | 0x40
 
 # profile -> util, sm, occupancy, gr, tensor, dram, fb fraction, power fraction, temp
@@ -323,7 +323,8 @@ class TelemetryWriter:
         and its dataset reads.
         """
         busy = np.full(ts.size, OS_CORES)
-        held, reads = np.zeros(ts.size), np.zeros(ts.size)
+        reads = np.zeros(ts.size)
+        memory = np.full(ts.size, MEMORY_BASE_GIB * 2**30)
         for seg in segments:
             if seg.job is None:
                 continue
@@ -332,12 +333,14 @@ class TelemetryWriter:
             if (node.index, seg.gpu) in effect.get("idle_gpus", ()):  # type: ignore[operator]
                 name = "held_idle"
             busy[seg.lo:seg.hi] += seg.job.cpus / max(1, seg.job.gpus) * CPU_BUSY.get(name, 0.3)
-            held[seg.lo:seg.hi] += 1
+            # each of its GPUs on the node brings its share of the job's memory on the node
+            memory[seg.lo:seg.hi] += (seg.job.rss_per_node_bytes()
+                                      / max(1, seg.job.gpus_on(node.index)))
             reads[seg.lo:seg.hi] += FS_READ.get(name, 0.0)
         share = np.clip(busy * rng.normal(1, 0.01, ts.size) / node.cpus, 0.0, 1.0)
         reads = (reads + 1e5) * rng.normal(1, 0.05, ts.size).clip(0.5)  # + the OS's own reads
         return {"cpu_busy": share, "fs_read": reads, "fs_write": reads * FS_WRITE_SHARE,
-                "mem_used": (MEMORY_BASE_GIB + MEMORY_PER_GPU_GIB * held) * 2**30}
+                "mem_used": memory}
 
     # --- writing ------------------------------------------------------------------------
 

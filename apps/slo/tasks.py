@@ -10,7 +10,7 @@ from apps.core.retries import RETRY_DB
 from apps.slo import services
 
 
-@shared_task(soft_time_limit=1800, time_limit=1900, **RETRY_DB)
+@shared_task(**RETRY_DB)  # time limits: settings.TASK_KINDS
 def evaluate_slos() -> dict[str, Any]:
     """Beat's entry point: scorecards, snapshots, then breach and fast-burn notifications
     (deduplicated: an episode is told once, however often this runs)."""

@@ -22,6 +22,7 @@ from django.views.generic import TemplateView
 
 from apps.accounts.models import Team
 from apps.accounts.permissions import ADMIN, ActionRequiredMixin
+from apps.analysis.figures import gpu_seconds_text
 from apps.analysis.pending import wait_cause_table
 from apps.audit import services as audit
 from apps.audit.models import AuditEvent
@@ -68,8 +69,17 @@ def _rows(cards: list[Scorecard]) -> list[dict[str, Any]]:
             "rates": [rate(rates.get(w)) for w in ("1h", "6h", "1d", "3d")],
             "spent_by": "spent" if card.budget_remaining <= 0 and card.total else
             f"{card.exhaustion_at:%Y-%m-%d %H:%M}" if card.exhaustion_at else "—",
-            "events": f"{card.total:.0f}"})
+            "events": events_text(card)})
     return out
+
+
+def events_text(card: Scorecard) -> str:
+    """What an SLI counted, with its unit (issue 26: "Events 26130362" were GPU-seconds):
+    measured GPU-hours for efficiency, jobs started or ended for the others."""
+    if card.objective.sli == Objective.Sli.GPU_EFFICIENCY:
+        return gpu_seconds_text(card.total)
+    noun = "started" if card.objective.sli == Objective.Sli.QUEUE_WAIT else "ended"
+    return f"{card.total:,.0f} jobs {noun}"
 
 
 class SloListView(ActionRequiredMixin, TemplateView):

@@ -53,7 +53,9 @@ def test_it_falls_back_sm_then_gr_engine_then_util(series, measure):
       "fb_used": steps((50, 40000), (50, 0))},
      eff.Split(0.4, 0.0, 0.1, 0.5)),
     # duty cycle only: busy counts as useful (an upper bound)
-    ({"gpu_util": flat(0.6), "fb_used": flat(1000)}, eff.Split(0.6, 0.0, 0.4, 0.0)),
+    ({"gpu_util": flat(0.6), "fb_used": flat(2000)}, eff.Split(0.6, 0.0, 0.4, 0.0)),
+    # a bare CUDA context (500 MiB) is not memory held: the site's one reading (issue 26)
+    ({"gpu_util": flat(0.6), "fb_used": flat(500)}, eff.Split(0.6, 0.0, 0.0, 0.4)),
     # no memory series: idle time counts as held
     ({"sm_active": flat(0.5), "gpu_util": flat(0.5)}, eff.Split(0.5, 0.0, 0.5, 0.0)),
 ])

@@ -183,8 +183,19 @@ SIZING = [
     ("unknown GPU model: no slice", FinishedJob("FAILED", 4 * H, None, 1, "l4",
                                                used(0.3, activity=0.1, peak=6000)), []),
     ("asked 256 GiB, peak 40", FinishedJob("FAILED", H, None, 0, mem_requested_mb=256 * 1024,
-                                           mem_peak_bytes=40 * 1024**3),
+                                           mem_peaks_bytes=(40 * 1024**3,)),
      [("mem", "#SBATCH --mem=50G")]),
+    # issue 26: --mem is per node; Slurm's TRES mem counts both nodes; the busiest node rules
+    ("2 nodes asked 1875 GiB in all (938 each), peaks 300 and 344: per node",
+     FinishedJob("COMPLETED", H, None, 0, mem_requested_mb=1_920_000, nodes=2,
+                 mem_peaks_bytes=(300 * 1024**3, 344 * 1024**3)),
+     [("mem", "#SBATCH --mem=430G")]),
+    ("2 nodes asking 512 GiB each, one peaking at 300: more than half of a node's request",
+     FinishedJob("COMPLETED", H, None, 0, mem_requested_mb=2 * 512 * 1024, nodes=2,
+                 mem_peaks_bytes=(300 * 1024**3, 100 * 1024**3)), []),
+    ("2 nodes, one at the per-node request: no advice",
+     FinishedJob("COMPLETED", H, None, 0, mem_requested_mb=2 * 512 * 1024, nodes=2,
+                 mem_peaks_bytes=(20 * 1024**3, 400 * 1024**3)), []),
     ("node memory unknown (shared nodes)", FinishedJob("FAILED", H, None, 0,
                                                        mem_requested_mb=256 * 1024), []),
 ]
@@ -193,6 +204,15 @@ SIZING = [
 @pytest.mark.parametrize(("name", "job", "expected"), SIZING, ids=[c[0] for c in SIZING])
 def test_right_sizing(name, job, expected):
     assert [(r.kind, r.line) for r in recommend(job)] == expected
+
+
+def test_memory_advice_names_the_per_node_request_and_the_busiest_node():
+    [mem] = recommend(FinishedJob("COMPLETED", H, None, 0, mem_requested_mb=1_920_000, nodes=2,
+                                  mem_peaks_bytes=(300 * 1024**3, 344 * 1024**3)))
+    assert mem.asked == "--mem=938G"  # not the 1875 G Slurm's accounting sums
+    assert mem.evidence == ("peak CPU memory in use 344.0 GiB on the busiest of its 2 nodes, "
+                            "of the 938 GiB asked per node")
+    assert mem.waste_gib == pytest.approx(2 * (937.5 - 430))
 
 
 def test_waste_is_counted_in_gpu_hours_by_kind():

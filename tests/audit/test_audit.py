@@ -8,8 +8,8 @@ import logging
 import pytest
 from django.test import Client
 from django.urls import reverse
-from rest_framework.authtoken.models import Token
 
+from apps.accounts import tokens
 from apps.audit import services
 from apps.audit.models import AuditEvent
 
@@ -37,8 +37,8 @@ def test_a_failed_sign_in_keeps_the_name_and_never_the_password(world):
 def test_every_api_write_is_recorded_even_when_refused(world, method, persona, status):
     headers = {}
     if persona != "anon":
-        token = Token.objects.create(user=world.users[persona])
-        headers["HTTP_AUTHORIZATION"] = f"Token {token.key}"
+        _, key = tokens.create(world.users[persona], "audit test")
+        headers["HTTP_AUTHORIZATION"] = f"Token {key}"
     url = reverse("api:job-detail", kwargs={"pk": world.jobs["bob"].pk})
     assert getattr(Client(), method)(url, **headers).status_code == status
     event = AuditEvent.objects.get(action="api_write")

@@ -45,7 +45,7 @@ def test_a_researcher_sees_their_usage_and_what_it_would_cost_at_useful_hours(dr
     assert (usage.totals.amount, usage.totals.useful_amount) == (Decimal("24.00"),
                                                                  Decimal("6.00"))
     text = page.content.decode()
-    assert "18.00 EUR</strong> less this month" in text and "6.0 GPU-hours sat idle" in text
+    assert "18.00 EUR</strong> less this month" in text and "6.0 GPU-h sat idle" in text
 
 
 @pytest.mark.parametrize("url_name", ["chargeback-home", "chargeback-my-usage"])
@@ -270,3 +270,19 @@ def test_terms_the_form_cannot_read_come_back_as_a_message(drafts, login, policy
         "month": "2026-11", "policy": policy, "waste_fee": fee}, follow=True)
     assert message in response.content.decode()
     assert BillingPeriod.objects.get(month=NOV).policy == "allocated"
+
+
+def test_every_amount_carries_its_currency_and_a_draft_says_when_it_was_computed(drafts, login):
+    """Issue 26: amounts without their currency beside amounts with it; a statement's
+    figures are a snapshot and say so."""
+    nlp = drafts["nlp"]
+    statement = login("alice").get(reverse("chargeback-statement", args=[nlp.pk]))
+    home = login("alice").get(HOME).content.decode()
+    text = statement.content.decode()
+    for amount in (nlp.amount, nlp.useful_amount, nlp.total_due):
+        assert f"{amount:,.2f} {nlp.currency}" in text
+        assert f"{amount:,.2f} {nlp.currency}" in home
+    tiles = text.split('class="tiles"')[1].split("</div>\n</div>")[0]
+    assert tiles.count(nlp.currency) == 3  # usage, at useful hours, total due
+    computed = f"as of {nlp.computed_at:%Y-%m-%d %H:%M}"
+    assert computed in text and computed in home

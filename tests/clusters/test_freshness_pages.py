@@ -40,6 +40,20 @@ def test_fresh_data_shows_no_banner_but_its_age(world, login):
     assert "Slurm data refreshed 3" in text
 
 
+def test_a_simulated_cluster_says_simulated_not_out_of_date(world, login):
+    """Issue 26: "may be out of date" on the demo after 10 minutes; its Slurm is the
+    simulator's saved month, so there is nothing newer to sync."""
+    Cluster.objects.filter(pk=world.cluster.pk).update(
+        slurm_backend="files", is_simulated=True,
+        last_sync_ok_at=timezone.now() - timedelta(hours=3))
+    assert not Cluster.objects.get(pk=world.cluster.pk).is_stale
+    cluster_page = login("bob").get(reverse("clusters-detail", args=[world.cluster.name]))
+    for text in (_job_page(world, login).content.decode(), cluster_page.content.decode(),
+                 login("bob").get(reverse("jobs-list")).content.decode()):
+        assert "may be out of date" not in text
+    assert f"Slurm data for {world.cluster.title} is simulated" in cluster_page.content.decode()
+
+
 def test_hostile_job_text_is_escaped(world, login):
     job = world.jobs["bob"]
     job.name = "<script>alert(1)</script>"

@@ -2,7 +2,9 @@
 admin, a team lead and a researcher each follow every link and submit every form with its
 default (or first) values; then all of it again on the state the first pass left (drafts
 made, quotas previewed, tokens made, runs recorded), with odd admin settings added
-(``odd_configuration``). No server error, no broken link."""
+(``odd_configuration``). No server error, no broken link, no in-page link (``#section``)
+without its section, no absolute link off the address the portal is served on (issue 26:
+the demo's digests pointed at port 8000 while it was served on 8123)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from apps.demo import loader as demo
 from apps.quotas.models import Quota
 from apps.slo import services as slo
 from apps.slo.models import Objective
-from tests.crawl import Crawler
+from tests.crawl import SERVED, Crawler
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -46,6 +48,21 @@ def personas() -> dict[str, User]:
                   .annotate(n=Count("jobs")).order_by("-n", "username")[0])
     return {"admin": User.objects.get(username=demo.ADMIN), "lead": lead,
             "researcher": researcher}
+
+
+def kinds_of_job_page(user: User) -> tuple[str, ...]:
+    """One job page of each shape the user can see (with and without telemetry, running,
+    pending, with findings): each has its own sections, and its in-page links must match."""
+    from apps.jobs.models import Job
+
+    jobs = Job.objects.visible_to(user)
+    picks = [jobs.filter(metrics__status__in=("live", "complete")).first(),
+             jobs.filter(metrics__isnull=True, start_time__isnull=False).first(),
+             jobs.filter(metrics__status="no_data").first(),
+             jobs.filter(state=Job.State.PENDING).first(),
+             jobs.filter(state=Job.State.RUNNING).first(),
+             jobs.filter(findings__isnull=False).first()]
+    return tuple(f"/jobs/{j.cluster.name}/{j.job_id}/" for j in picks if j is not None)
 
 
 def odd_configuration() -> None:
@@ -69,7 +86,8 @@ def odd_configuration() -> None:
     slo.run_evaluation(timezone.now(), notify=False)
 
 
-def test_every_link_and_form_works_for_every_persona_twice(folder, tmp_path):
+def test_every_link_and_form_works_for_every_persona_twice(folder, tmp_path, settings):
+    settings.SITE_URL = SERVED  # the address the test client serves on, as make demo sets it
     demo.load(folder)
     people = personas()
     faults: list[str] = []
@@ -80,10 +98,11 @@ def test_every_link_and_form_works_for_every_persona_twice(folder, tmp_path):
         for role, user in people.items():
             client = Client(raise_request_exception=False)
             client.force_login(user)
-            report = Crawler(client).crawl()
+            report = Crawler(client).crawl(also=kinds_of_job_page(user))
             seen.setdefault(role, []).append(len(report.visited))
             faults += [f"pass {number}, {role} ({user.username}): {f}"
-                       for f in report.server_errors + report.broken_links]
+                       for f in report.server_errors + report.broken_links
+                       + report.missing_anchors + report.offsite_links]
             assert report.forms >= 3, (role, report.forms)
     assert faults == [], "\n".join(faults)
     assert all(min(counts) >= 30 for counts in seen.values()), seen

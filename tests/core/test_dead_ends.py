@@ -137,13 +137,6 @@ def test_a_token_needs_a_name(world, login):
     assert not ApiToken.objects.exists()
 
 
-def test_drf_one_per_user_tokens_still_work(world):
-    from rest_framework.authtoken.models import Token
-
-    key = Token.objects.create(user=world.users["bob"]).key
-    assert Client(HTTP_AUTHORIZATION=f"Token {key}").get("/api/v1/jobs/").status_code == 200
-
-
 # --- Small layout faults ---------------------------------------------------------------------
 
 

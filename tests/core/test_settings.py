@@ -103,6 +103,15 @@ def test_a_prometheus_url_without_scheme_fails_the_system_check(tmp_path):
     assert "clusters.E001" in out.stderr and "PROMETHEUS_URL" in out.stderr
 
 
+def test_idle_thresholds_that_make_no_reading_fail_the_system_check(settings):
+    from apps.core.checks import check_idle_rules
+
+    assert check_idle_rules() == []
+    settings.IDLE_BELOW_PERCENT, settings.MOSTLY_IDLE_BELOW_PERCENT = 20, 10
+    [error] = check_idle_rules()
+    assert error.id == "core.E003" and "idle_below <= mostly_idle_below" in error.msg
+
+
 def _mail_settings(**env: str) -> dict[str, object]:
     code = ("from django.conf import settings as s; import json; "
             "print(json.dumps({k: getattr(s, k) for k in ('EMAIL_BACKEND', 'EMAIL_HOST', "

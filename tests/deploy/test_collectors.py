@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.contrib.auth.models import User
-from rest_framework.authtoken.models import Token
 
+from apps.accounts import tokens
 from apps.clusters.models import Cluster
 from apps.security.defaults import seed
 from apps.security.detection import Sources, detect
@@ -59,7 +59,7 @@ def beacon(live_server: Any, tmp_path: Path) -> dict[str, Any]:
     cluster = Cluster.objects.create(name="devcluster", display_name="Dev")
     account = User.objects.create_user("collector", is_staff=True)
     token = tmp_path / "collector.token"
-    token.write_text(Token.objects.create(user=account).key + "\n")
+    token.write_text(tokens.create(account, "collector")[1] + "\n")
     conf = tmp_path / "collector.conf"
     conf.write_text(f"# as /etc/beacon/collector.conf\nBEACON_URL={live_server.url}\n"
                     f"BEACON_CLUSTER=devcluster\nBEACON_TOKEN_FILE={token}\n")

@@ -211,6 +211,13 @@ DCGM_FIELDS = (
     ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus - "
                                             "including both protocol headers and data payloads"
                                             " - in bytes per second."),
+    # Beacon's collectors file (deploy/prometheus/dcgm-collectors.csv) adds these
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Current clock event (throttle) reasons "
+                                                  "bitmask."),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "The rate of data transmitted over NVLink "
+                                              "(bytes/s)."),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "The rate of data received over NVLink "
+                                              "(bytes/s)."),
 )
 DRIVER = "550.54.15"
 MODEL = "NVIDIA H100 80GB HBM3"
@@ -229,18 +236,34 @@ class Gpu:
     jobs: list[str] = field(default_factory=list)  # hpc_job labels: one copy per job
     mig: tuple[str, str] | None = None
     energy: float = 0.0
+    # Set to override what follows from ``util``: SM activity (a GPU busy waiting in NCCL is
+    # busy by utilisation with its SMs idle), PCIe receive, SM clock, temperature; NVLink
+    # bytes/s each way; the clock-event (throttle) reasons bitmask.
+    sm_active: float | None = None
+    pcie_rx: float | None = None
+    sm_clock: float | None = None
+    temp: float | None = None
+    nvlink: float = 0.0
+    throttle: int = 0
 
     def values(self) -> dict[str, float]:
         busy = self.util / 100
-        return {"DCGM_FI_DEV_SM_CLOCK": 1980.0 if busy else 345.0,
-                "DCGM_FI_DEV_GPU_TEMP": 35.0 + 40 * busy, "DCGM_FI_DEV_POWER_USAGE": self.power,
+        return {"DCGM_FI_DEV_SM_CLOCK": self.sm_clock or (1980.0 if busy else 345.0),
+                "DCGM_FI_DEV_GPU_TEMP": self.temp or 35.0 + 40 * busy,
+                "DCGM_FI_DEV_POWER_USAGE": self.power,
                 "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": self.energy,
                 "DCGM_FI_DEV_GPU_UTIL": self.util, "DCGM_FI_DEV_XID_ERRORS": 0.0,
                 "DCGM_FI_DEV_FB_FREE": 81559.0 - self.fb_used, "DCGM_FI_DEV_FB_USED": self.fb_used,
-                "DCGM_FI_PROF_GR_ENGINE_ACTIVE": busy, "DCGM_FI_PROF_SM_ACTIVE": busy * 0.9,
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE": busy,
+                "DCGM_FI_PROF_SM_ACTIVE": busy * 0.9 if self.sm_active is None
+                else self.sm_active,
                 "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": self.tensor,
                 "DCGM_FI_PROF_DRAM_ACTIVE": busy * 0.4,
-                "DCGM_FI_PROF_PCIE_TX_BYTES": 1e8 * busy, "DCGM_FI_PROF_PCIE_RX_BYTES": 2e8 * busy}
+                "DCGM_FI_PROF_PCIE_TX_BYTES": 1e8 * busy,
+                "DCGM_FI_PROF_PCIE_RX_BYTES": 2e8 * busy if self.pcie_rx is None else self.pcie_rx,
+                "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": float(self.throttle),
+                "DCGM_FI_PROF_NVLINK_TX_BYTES": self.nvlink,
+                "DCGM_FI_PROF_NVLINK_RX_BYTES": self.nvlink}
 
 
 class DcgmEndpoint:

@@ -28,6 +28,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from apps.analysis.idleness import RULES as IDLE_RULES
 from tests.integration.prom import marker_lines, om_series
 
 NAME = "jobs-v2"
@@ -196,6 +197,9 @@ def expected_node(job: JobSpec, host: str) -> dict[str, float]:
             "mem_used_peak": max(mem_used(host, t) for t in inside)}
 
 
+HELD = IDLE_RULES.memory_held_mib  # the site's one memory-held line (issue 26)
+
+
 def expected(job: JobSpec) -> dict[str, float]:
     """Independent answers for ``job``: fractions of its GPU-time, straight from values().
 
@@ -210,8 +214,8 @@ def expected(job: JobSpec) -> dict[str, float]:
     return {
         "useful": sum(r["sm"] for r in rows) / n,
         "waiting": sum(b - r["sm"] for b, r in zip(busy, rows, strict=True)) / n,
-        "held_idle": sum(1 - b for b, r in zip(busy, rows, strict=True) if r["fb"] >= 256) / n,
-        "no_process": sum(1 - b for b, r in zip(busy, rows, strict=True) if r["fb"] < 256) / n,
+        "held_idle": sum(1 - b for b, r in zip(busy, rows, strict=True) if r["fb"] >= HELD) / n,
+        "no_process": sum(1 - b for b, r in zip(busy, rows, strict=True) if r["fb"] < HELD) / n,
         "gpu_util": sum(r["util"] for r in rows) / n,
         "tensor": sum(r["tensor"] for r in rows) / n,
         "gpu_hours": len(job.gpus) * (job.end - job.start) / 3600,

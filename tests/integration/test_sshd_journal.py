@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.contrib.auth.models import User
-from rest_framework.authtoken.models import Token
 
+from apps.accounts import tokens
 from apps.clusters.models import Cluster
 from apps.security.defaults import seed
 from apps.security.models import SshLogEvent
@@ -78,8 +78,8 @@ def test_the_forwarder_follows_a_real_journal_and_resumes_after_its_cursor(live_
     name, socket = journal
     seed(apps)
     Cluster.objects.create(name="devcluster", display_name="Dev")
-    token = Token.objects.create(user=User.objects.create_user("collector", is_staff=True))
-    env = {"PATH": os.environ["PATH"], "BEACON_TOKEN": token.key,
+    _, key = tokens.create(User.objects.create_user("collector", is_staff=True), "collector")
+    env = {"PATH": os.environ["PATH"], "BEACON_TOKEN": key,
            "BEACON_COLLECTOR_CONFIG": str(tmp_path / "none.conf")}
     state = tmp_path / "cursor"
     args = [sys.executable, str(FORWARDER), "--journal", "--url", live_server.url, "--cluster",

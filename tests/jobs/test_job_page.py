@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.analysis.figures import gpu_hours_text
 from apps.analysis.timeseries import GpuKey
 from apps.jobs import archive
 from apps.jobs.models import JobMetrics
@@ -157,6 +158,10 @@ def test_without_prometheus_a_running_job_shows_its_stored_metrics_and_queues_no
         html = login("bob").get(_url(job)).content.decode()
     assert asked == [] and not TaskRun.objects.filter(status="failed").exists()
     assert 'id="no-live-source"' in html and "Live refresh needs Prometheus" in html
+    # issue 26: not "GPU efficiency · live" beside it, but what is shown
+    status = html.split('id="efficiency-status">')[1].split("</span>")[0]
+    assert "live" not in status.replace("\n", " ").split(",")[0]
+    assert "a snapshot of the running job" in status and "not refreshed" in status
     assert "most busy time was waiting" in html  # the stored archive is shown
     assert "Metrics could not be refreshed" not in html
     world.cluster.is_simulated = True
@@ -174,12 +179,12 @@ def test_a_running_jobs_header_and_charts_say_why_their_gpu_hours_differ(world, 
             window_end=metrics.window_end - timedelta(hours=3),
             allocated_gpu_hours=metrics.allocated_gpu_hours - 8 * 3)  # a snapshot 3 h old
         html = login("bob").get(_url(job)).content.decode()
-        header = f"{job.gpu_hours:.1f}"
+        header = gpu_hours_text(job.gpu_hours)  # the one way GPU-hours print (issue 26)
     assert re.search(rf"<dd>{header}\s+<span class=\"muted\">so far \(Slurm's allocation until "
                      r"now\)", html)
     note = html.split('id="hours-gap">')[1].split("</p>")[0]
-    assert f"The header's {header} GPU-hours count until now" in note
-    assert "the 24.0 GPU-hours since are not measured yet" in note
+    assert f"The header's {header} count until now" in note
+    assert "the 24.0 GPU-h since are not measured yet" in note
 
 
 def test_a_finished_jobs_header_and_charts_agree(world, login):

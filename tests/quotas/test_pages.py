@@ -111,3 +111,68 @@ def test_a_job_held_by_the_quota_says_so_in_words(world, login):
     assert "(AssocGrpGRESMinutes)" in text
     assert "your team&#x27;s GPU-hour quota is used up" in text
     assert reverse("quotas-home") in text
+
+
+def test_the_quota_page_says_when_each_figure_was_taken(world, login, slurm, nlp):
+    """Issue 26: Slurm's decayed usage is as of the last sshare sync, the month's GPU-hours
+    are live; both say so, in the one way GPU-hours print."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.quotas import services
+    from tests.quotas.conftest import shares
+
+    slurm.share_rows = shares({"nlp": 1500.94 * 60})
+    services.check_cluster(world.cluster, slurm, now=timezone.now() - timedelta(hours=2))
+    quota = Quota.objects.create(account=nlp, month=timezone.now().date().replace(day=1),
+                                         gpu_minutes=1200 * 60)
+    text = login("staff").get(reverse("quotas-home")).content.decode()
+    assert quota.gpu_minutes and "1,500.9 of 1,200.0 GPU-h (Slurm's decayed" in text
+    assert "(sshare)" in text and "(live)" in text
+    assert text.count("as of ") >= 2
+
+
+def test_the_preview_shows_the_consequence_with_the_numbers_the_page_shows_after(
+        world, login, patched, nlp):
+    """Issue 26: "no limit", then a 1,200 GPU-h quota against 2,710.8 GPU-h of decayed usage
+    blocked the team at once with a figure the preview never showed. The preview now says
+    it, with the same figures the quota page shows once confirmed."""
+    from apps.quotas import services
+    from tests.quotas.conftest import shares
+
+    patched.share_rows = shares({"nlp": 2710.8 * 60, "vision": 0.0})
+    services.check_cluster(world.cluster, patched)
+    client = login("staff")
+    page = _preview(client, nlp, hours="1200")
+    preview = page.context["preview"]
+    text = page.content.decode()
+    assert preview.blocks and 'id="quota-blocks"' in text
+    assert "The new quota is already used up: new jobs wait at" in text
+    assert f"<strong>{preview.after.percent}%</strong> · 2,710.8 of 1,200.0 GPU-h" in text
+    assert "used up: new jobs wait" in text and "AssocGrpGRESMinutes" in text
+    assert "bob" in text.split("Who would wait")[1].split("</dd>")[0]  # the account's users
+    assert not Quota.objects.exists()
+
+    _confirm(client, nlp, page.context, hours="1200")
+    after = login("staff").get(reverse("quotas-home"))
+    [row] = [r for r in after.context["rows"] if r.account == nlp]
+    assert (row.status.percent, row.status.used_hours, row.status.limit_hours) == (
+        preview.after.percent, preview.after.used_hours, preview.after.limit_hours)
+    assert row.month_hours == preview.usage.month_hours
+    assert row.status.percent == 225.9
+    shown = after.content.decode()
+    assert f"{preview.after.percent}%" in shown and "2,710.8 of 1,200.0 GPU-h" in shown
+    assert "used up: new jobs wait" in shown
+
+
+def test_a_quota_with_room_left_says_so_without_a_warning(world, login, patched, nlp):
+    from apps.quotas import services
+    from tests.quotas.conftest import shares
+
+    patched.share_rows = shares({"nlp": 100 * 60.0, "vision": 0.0})
+    services.check_cluster(world.cluster, patched)
+    page = _preview(login("staff"), nlp, hours="1000")
+    assert not page.context["preview"].blocks
+    text = page.content.decode()
+    assert 'id="quota-blocks"' not in text and "<strong>10.0%</strong>" in text

@@ -126,9 +126,13 @@ def test_nfs_reads_are_per_mount_counters_that_follow_the_jobs_on_the_node(small
 
 
 def test_node_exporter_cpu_and_memory_follow_the_jobs_on_the_node(small_run):
-    """CPU seconds per core and mode add up to wall time; memory in use is 24 GiB plus
-    40 GiB per GPU a job holds (counted from the dcgm series' hpc_job labels)."""
-    from apps.simulator.telemetry import MEMORY_BASE_GIB, MEMORY_PER_GPU_GIB
+    """CPU seconds per core and mode add up to wall time; memory in use is 24 GiB plus each
+    job's peak on the node, the MaxRSS sacct reports for it (issue 26: one figure, varying by
+    job, so right-sizing reads the job's own peak), jobs counted from the dcgm series'
+    hpc_job labels."""
+    import json
+
+    from apps.simulator.telemetry import MEMORY_BASE_GIB
 
     families = read(_files(small_run)[2])
     cpu = families["node_cpu_seconds"]
@@ -144,18 +148,26 @@ def test_node_exporter_cpu_and_memory_follow_the_jobs_on_the_node(small_run):
         assert steps == {0.0}
     total = {labels["instance"]: v for _, labels, v, _ in
              families["node_memory_MemTotal_bytes"].samples}
-    held: dict[tuple[str, int], int] = {}
+    rss = {str(j["job_id"]): max(t["count"] for step in j["steps"]
+                                 for t in step["tres"]["requested"]["max"] if t["type"] == "mem")
+           for j in json.loads((small_run / "slurm/sacct.json").read_text())["jobs"]
+           if j["steps"]}
+    held: dict[tuple[str, int], dict[str, int]] = {}
     for _, labels, _, ts in families["DCGM_FI_DEV_FB_USED"].samples:
         host = labels.get("Hostname") or labels.get("hostname")
         if "hpc_job" in labels:
-            held[(host, ts)] = held.get((host, ts), 0) + 1
-    checked = 0
+            jobs = held.setdefault((host, ts), {})
+            jobs[labels["hpc_job"]] = jobs.get(labels["hpc_job"], 0) + 1
+    checked, peaks = 0, set()
     for _, labels, free, ts in families["node_memory_MemAvailable_bytes"].samples:
         host = labels["instance"].split(":")[0]
         if host == "gpu04":
             continue  # no job mapping there: its held GPUs carry no label
-        used = (total[labels["instance"]] - free) / 2**30
-        assert used == pytest.approx(MEMORY_BASE_GIB + MEMORY_PER_GPU_GIB
-                                     * held.get((host, ts), 0), abs=1e-6)
-        checked += held.get((host, ts), 0) > 0
+        used = total[labels["instance"]] - free
+        jobs = held.get((host, ts), {})
+        assert used == pytest.approx(MEMORY_BASE_GIB * 2**30 + sum(rss[j] for j in jobs),
+                                     rel=1e-6)
+        checked += bool(jobs)
+        peaks |= {rss[j] for j in jobs}
+    assert len(peaks) > 3  # the jobs' peaks differ: no constant
     assert checked > 0  # some samples had jobs on the node

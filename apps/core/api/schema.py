@@ -19,6 +19,8 @@ ERRORS: dict[str, tuple[str, dict[str, Any]]] = {
     "401": ("No valid credentials (send 'Authorization: Token <key>')", _DETAIL),
     "403": ("Signed in, but the role does not allow this", _DETAIL),
     "404": ("No such object, or not visible to the caller", _DETAIL),
+    "429": ("Too many requests from this token or address: try again after Retry-After "
+            "seconds", _DETAIL),
 }
 
 

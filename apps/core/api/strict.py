@@ -147,11 +147,13 @@ class StrictCursorPagination(CursorPagination):
         return ValidationError({self.cursor_query_param: [self.invalid_cursor_message]})
 
 
-def _is_position(model: type[models.Model], name: str, position: str) -> bool:
+def _is_position(model: type[models.Model], name: str, position: object) -> bool:
     """Whether ``position`` reads as a value of the field ``name``, as the cursor filter will
     compare it: a date-time with its offset and within the calendar in UTC, a number in range."""
     try:
         field = model._meta.get_field(name)
+        if not isinstance(field, models.Field):
+            return False  # a relation's reverse side is never a cursor position
         value = field.to_python(position)
         if isinstance(field, models.DateTimeField):
             if value.tzinfo is None:

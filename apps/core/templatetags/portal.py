@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django import template
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
+
+from apps.analysis.figures import as_of_text, gpu_hours_text, money_text, share_text
 
 register = template.Library()
 
@@ -116,9 +120,41 @@ def _number(value: Any) -> float | None:
 def percent(value: Any) -> str:
     """A share (0.42) as a whole percent (``42%``); ``—`` when not measured.
 
-    Rounds like ``{% widthratio value 1 100 %}`` did, so pages read the same."""
+    ``figures.share_text``: the job list, the alerts and the findings round the same way."""
     number = _number(value)
-    return "—" if number is None else f"{round(number * 100)}%"
+    return "—" if number is None else share_text(number)
+
+
+@register.filter
+def gpuh(value: Any, unit: str = "unit") -> str:
+    """GPU-hours as every page prints them (``1,500.9 GPU-h``; ``gpuh:"bare"`` leaves the
+    unit to the column's heading); ``—`` when unknown."""
+    number = _number(value)
+    return "—" if number is None else gpu_hours_text(number, unit != "bare")
+
+
+@register.filter
+def gpuh_minutes(value: Any) -> str:
+    """GPU-minutes (Slurm's ``GrpTRESMins``) as GPU-hours, printed as ``gpuh`` prints them."""
+    number = _number(value)
+    return "—" if number is None else gpu_hours_text(number / 60)
+
+
+@register.filter
+def money(value: Any, currency: str) -> str:
+    """An amount with its currency (``1,234.50 EUR``); ``—`` when there is none."""
+    number = _number(value)
+    if number is None or not currency:
+        return "—" if number is None else f"{value}"
+    return money_text(Decimal(str(value)), currency)
+
+
+@register.filter
+def as_of(value: Any, how: str = "") -> str:
+    """``as of 2026-12-01 01:00 UTC (how)``, in the current time zone; "" when unknown."""
+    if not isinstance(value, datetime):
+        return ""
+    return as_of_text(timezone.localtime(value) if timezone.is_aware(value) else value, how)
 
 
 @register.filter

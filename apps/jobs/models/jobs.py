@@ -321,9 +321,8 @@ class JobMetrics(models.Model):
     source = models.CharField(max_length=16, blank=True, help_text="prometheus or openmetrics")
     binding = models.CharField(max_length=8, blank=True, help_text="label (hpc_job) or host")
     measure = models.CharField(max_length=24, blank=True, help_text="activity measure used")
-    gpu_vendor = models.CharField(
-        max_length=16, blank=True,
-        help_text="nvidia, amd (or both, +-joined): whose words name the measures")
+    gpu_vendor = models.CharField(max_length=16, blank=True,
+                                  help_text="nvidia, amd, or amd+nvidia: the measures' words")
     window_start = models.DateTimeField(null=True, blank=True)
     window_end = models.DateTimeField(null=True, blank=True)
     step_s = models.FloatField(default=0, help_text="seconds per stored point")
@@ -334,6 +333,9 @@ class JobMetrics(models.Model):
     held_idle_hours = models.FloatField(default=0)
     no_process_hours = models.FloatField(default=0)
     coverage = models.FloatField(default=0, help_text="measured / allocated GPU-time")
+    measured_s = models.FloatField(
+        default=0, help_text="seconds the best-covered GPU's telemetry spans (a running job's "
+                             "idleness is read over these: apps/jobs/idleness.py)")
     means = models.JSONField(default=dict, blank=True)
     verdict = models.TextField(blank=True)
     gpus_missing = models.JSONField(default=list, blank=True)

@@ -18,7 +18,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
+from apps.analysis.figures import gpu_hours_text, share_text
 from apps.core.templatetags.portal import band, duration, gpus
+from apps.jobs.presenters import list_idleness
 
 register = template.Library()
 SIM_TAG = ' <span class="tag tag-sim" title="simulated">sim</span>'
@@ -88,7 +90,7 @@ def _array_summary(job: Any, array: dict[str, Any], scope: str) -> str:
     states = " · ".join(f"{n} {_e(state.lower())}" for state, n in array["states"])
     return (f'<div class="array-summary"><a href="?q={job.array_job_id}&amp;group=tasks&amp;'
             f'scope={_e(scope)}">array of {array["tasks"]} tasks</a>: {states} · '
-            f'{array["gpu_hours"]:.1f} GPU-h</div>')
+            f'{gpu_hours_text(array["gpu_hours"])}</div>')
 
 
 def _efficiency_cells(job: Any, url: str) -> str:
@@ -98,8 +100,11 @@ def _efficiency_cells(job: Any, url: str) -> str:
     if useful is None:
         cell = '<td class="num"><span class="muted">—</span></td>'
     else:
+        reading = list_idleness(job)
+        tag = (f' <span class="tag tag-idle" title="{_e(reading.summary)}">{_e(reading.title)}'
+               "</span>") if reading is not None and reading.flagged else ""
         cell = (f'<td class="num"><span class="band band-{band(useful)}">'
-                f"{round(useful * 100)}%</span></td>")
+                f"{share_text(useful)}</span>{tag}</td>")
     count = getattr(job, "finding_count", None) or 0
     if not count:
         return cell + "<td></td>"

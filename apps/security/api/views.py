@@ -104,6 +104,7 @@ class SecurityIngestViewSet(viewsets.GenericViewSet):
     filter_backends: list[Any] = []
     pagination_class = None
     parser_classes = [BoundedJSONParser]  # JSON documents only (the schema says so too)
+    throttle_scope = "ingest"  # INGEST_RATE_*: a whole cluster's collectors share one token
 
     @extend_schema(request=SshdIngestSerializer, responses={201: IngestResultSerializer})
     @action(detail=False, methods=["post"], serializer_class=SshdIngestSerializer)

@@ -8,6 +8,7 @@ from typing import Any
 
 from django import template
 
+from apps.analysis.figures import gpu_seconds_text
 from apps.slo.models import Scorecard
 
 register = template.Library()
@@ -51,9 +52,9 @@ def seconds(value: Any) -> str:
 
 @register.filter
 def gpu_hours(value: Any) -> str:
-    """GPU-seconds as GPU-hours."""
+    """GPU-seconds as GPU-hours, printed as every page prints them (``figures``)."""
     number = _number(value)
-    return NONE if number is None else f"{number / 3600:.1f}"
+    return NONE if number is None else gpu_seconds_text(number, unit=False)
 
 
 @register.filter

@@ -6,13 +6,13 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0018_job_requested_resources'),
+        ('jobs', '0022_nvlink_running_gpus'),
     ]
 
     operations = [
         migrations.AddField(
             model_name='jobmetrics',
             name='gpu_vendor',
-            field=models.CharField(blank=True, help_text='nvidia, amd (or both, +-joined): whose words name the measures', max_length=16),
+            field=models.CharField(blank=True, help_text="nvidia, amd, or amd+nvidia: the measures' words", max_length=16),
         ),
     ]
