@@ -398,6 +398,13 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 # each Cluster row carries its own copy, editable in the admin.
 PROMETHEUS_URL = env_str("PROMETHEUS_URL")
 PROMETHEUS_TIMEOUT = env_int("PROMETHEUS_TIMEOUT", 10, minimum=1)
+# The GPU exporters a cluster runs unless its metric_labels say ("exporters"): dcgm
+# (dcgm-exporter), amd (AMD Device Metrics Exporter), or both for a cluster mixing vendors;
+# each one listed costs one query per measure (docs/metrics.md)
+GPU_EXPORTERS = env_list("GPU_EXPORTERS", "dcgm")
+# The AMD exporter's MetricsFieldPrefix ("amd_": amd_gpu_gfx_activity) unless a cluster's
+# metric_labels say ("amd": {"prefix": ...})
+AMD_METRICS_PREFIX = env_str("AMD_METRICS_PREFIX")
 SLURM_BACKEND = env_choice("SLURM_BACKEND", "none", ("none", "cli", "rest", "pyslurm", "files"))
 SLURM_FILES_DIR = env_str("SLURM_FILES_DIR")  # the files backend: saved command output
 SLURM_CLUSTER = env_str("SLURM_CLUSTER")

@@ -39,6 +39,7 @@ from apps.analysis.efficiency import JobEfficiency, summarise_job
 from apps.analysis.health import GpuHealth, NodeHealth, gpu_health, node_health
 from apps.analysis.stragglers import GpuSignals, StragglerVerdict, detect
 from apps.analysis.timeseries import GpuKey, Window
+from apps.analysis.vendors import joined
 from apps.clusters.adapters.telemetry import GpuInterval, JobTelemetry
 from apps.core.batch import forked
 from apps.core.errors import AdapterError
@@ -358,7 +359,8 @@ def _rows(todo: Todo, source: str, telemetry: JobTelemetry, analysis: Analysis) 
              for host, health in analysis.nodes.items()]
     fields = {
         "source": source, "binding": telemetry.binding,
-        "measure": result.measure, "window_start": archive_rows.utc(p.window.start),
+        "measure": result.measure, "gpu_vendor": joined(telemetry.vendors.values()),
+        "window_start": archive_rows.utc(p.window.start),
         "window_end": archive_rows.utc(p.window.end), "step_s": p.step, "points": p.n,
         "allocated_gpu_hours": result.allocated_gpu_hours,
         "useful_hours": result.hours.useful, "waiting_hours": result.hours.waiting,

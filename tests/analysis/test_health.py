@@ -30,6 +30,13 @@ def s(*values: float, step: float = 30) -> Series:
     ({"sm_clock": s(1980, 1980, 345, 345), "gpu_util": s(1, 1, 0, 0)}, "sm_clock_busy", 1980.0),
     ({"sm_clock": s(1200, 1300)}, "sm_clock_busy", 1250.0),
     ({"nvlink_tx": s(1e9, 3e9), "nvlink_rx": s(1e9, 1e9)}, "nvlink_bps", 3e9),
+    # AMD: residencies (share of the time each limit held the clocks back), no bitmask
+    ({"thermal_throttle": s(0.5, 1.0, 1.0, 0.5)}, "thermal_share", 0.75),
+    ({"power_throttle": s(0.2, 0.0, 0.0, 0.2)}, "power_share", 0.1),
+    ({"hw_slowdown": s(0.0, 0.0, 1.0, 0.0)}, "hw_slowdown_share", 0.25),
+    ({"thermal_throttle": s(1.2, 1.2)}, "thermal_share", 1.0),  # a share, at most all
+    # the bitmask, where written, is the reading (a site exporting both is read once)
+    ({"throttle_reasons": s(0, 0), "thermal_throttle": s(1, 1)}, "thermal_share", 0.0),
     ({}, "temp_mean", None),
     ({}, "thermal_share", None),
     ({"temperature": Series("m", {}, ((500.0, 99.0),))}, "temp_max", None),  # outside
@@ -93,6 +100,15 @@ def test_health_channels_round_trip(channel, values, back):
 def test_byte_rates_round_trip_within_a_tenth_of_a_percent(rate):
     [back] = compact.decode(compact.encode({"ib_tx": [rate]}))["ib_tx"]
     assert back == pytest.approx(rate, rel=1e-3, abs=1e-3)
+
+
+def test_residencies_become_the_events_maps_bitmask_where_a_reason_held_most_of_a_bucket():
+    from apps.analysis.health import residency_mask
+
+    assert residency_mask({"thermal_throttle": [0.0, 0.6, 1.0, None],
+                           "power_throttle": [0.7, 0.1, 0.5, None]}) == \
+        [0x04, 0x40, 0x44, None]
+    assert residency_mask({}) == []
 
 
 @pytest.mark.parametrize(("gpus", "expected"), [
