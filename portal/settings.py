@@ -398,6 +398,13 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 # each Cluster row carries its own copy, editable in the admin.
 PROMETHEUS_URL = env_str("PROMETHEUS_URL")
 PROMETHEUS_TIMEOUT = env_int("PROMETHEUS_TIMEOUT", 10, minimum=1)
+# The GPU exporters a cluster runs unless its metric_labels say ("exporters"): dcgm
+# (dcgm-exporter), amd (AMD Device Metrics Exporter), or both for a cluster mixing vendors;
+# each one listed costs one query per measure (docs/metrics.md)
+GPU_EXPORTERS = env_list("GPU_EXPORTERS", "dcgm")
+# The AMD exporter's MetricsFieldPrefix ("amd_": amd_gpu_gfx_activity) unless a cluster's
+# metric_labels say ("amd": {"prefix": ...})
+AMD_METRICS_PREFIX = env_str("AMD_METRICS_PREFIX")
 SLURM_BACKEND = env_choice("SLURM_BACKEND", "none", ("none", "cli", "rest", "pyslurm", "files"))
 SLURM_FILES_DIR = env_str("SLURM_FILES_DIR")  # the files backend: saved command output
 SLURM_CLUSTER = env_str("SLURM_CLUSTER")
@@ -565,6 +572,11 @@ GUARDRAILS_STALL_RULES = env_list("GUARDRAILS_STALL_RULES",
                                   "input-stall,input-stall-storage,input-stall-cpu")
 GUARDRAILS_MAX_MESSAGES_PER_DAY = env_int("GUARDRAILS_MAX_MESSAGES_PER_DAY", 4, minimum=1)
 GUARDRAILS_WEBHOOK_TIMEOUT = env_int("GUARDRAILS_WEBHOOK_TIMEOUT", 10, minimum=1)
+# Who hears about a Slurm user's job (alerts, policy notices, digests): the linked portal
+# user's e-mail (LDAP `mail`, OIDC `email`), else `<Slurm user>@BEACON_EMAIL_DOMAIN`
+# (e.g. `example.org`); else nobody: kept "no address", named by check_guardrails and the
+# Platform page.
+EMAIL_DOMAIN = env_str("BEACON_EMAIL_DOMAIN").lstrip("@")
 # The idle-job policy, off by default: "dry-run" records what it would do, "enforce" warns
 # the owner and cancels through the Slurm backend after the grace period.
 GUARDRAILS_POLICY = env_choice("GUARDRAILS_POLICY", "off", ("off", "dry-run", "enforce"))

@@ -54,7 +54,14 @@ FACTS: dict[str, FactSpec] = {
     "idle_gpu_share": FactSpec("share of GPUs left idle", "pct", "gpus"),
     "idle_gpus": FactSpec("idle GPUs", "text", "gpus"),
     "waiting_with_traffic": FactSpec("waiting time with NVLink/PCIe traffic", "pct", "gpus"),
-    "pcie_rx_gbs": FactSpec("host-to-GPU copies (PCIe receive) per GPU", "gbs", "gpus"),
+    "pcie_rx_gbs": FactSpec("PCIe receive per GPU (host copies and GPUDirect network data)",
+                            "gbs", "gpus"),
+    # PCIe receive split by the nodes' InfiniBand/RoCE receive (apps/analysis/data_path.py)
+    "host_rx_gbs": FactSpec("host-to-GPU copies per GPU (PCIe receive the network does not "
+                            "explain)", "gbs", "gpus"),
+    "network_rx_share": FactSpec("share of PCIe receive the network explains (GPUDirect)",
+                                 "pct", "network"),
+    "ib_rx_gbs": FactSpec("InfiniBand/RoCE receive per node", "gbs", "network"),
     # the straggler verdict from telemetry
     "straggler_found": FactSpec("straggler GPU named", "bool", "stragglers"),
     "straggler_gpu": FactSpec("straggler GPU", "text", "stragglers"),
@@ -73,8 +80,9 @@ FACTS: dict[str, FactSpec] = {
     "gpu_slow_elsewhere": FactSpec("other recent jobs where this GPU was the straggler",
                                    "count", "health"),
     "slow_gpu": FactSpec("GPU slow across jobs", "text", "health"),
-    "nvlink_low_gpus": FactSpec("GPUs with far less NVLink traffic than their peers", "count",
-                                "network"),
+    "nvlink_low_gpus": FactSpec("GPUs that ran with far less NVLink traffic than their "
+                                "running peers", "count", "network"),
+    "nvlink_low_names": FactSpec("GPUs with far less NVLink traffic", "text", "network"),
     # nodes and network (node-shared)
     "multi_node": FactSpec("runs on several nodes", "bool", "network"),
     "nodes": FactSpec("nodes", "count", "network"),

@@ -15,7 +15,9 @@ the ``input-stall*`` diagnosis rules). ``evaluate`` says which alerts the view c
   a job the reading calls idle or mostly idle with its memory held (issue 26: a notebook
   busy 8 % now and then never stays idle an hour in a row, yet held its GPUs for days);
 - ``straggler``: the live verdict names a GPU holding back a multi-GPU job, with its cause;
-  a hardware cause (thermal, clocks, XID, ECC, power) is copied to the hardware contact;
+  a hardware cause (thermal, a hardware slowdown or power brake, clocks below peers at the
+  same load, XID, ECC) is copied to the hardware contact; the busiest GPU at its software
+  power limit is the slowest stage, the owner's alone;
 - ``input_stall``: the input-stall diagnosis fires (GPUs waiting on data loading).
 
 Idle time is counted between samples only: a run of idle samples from ``t0`` to ``t1`` is
@@ -39,10 +41,16 @@ KIND_TITLES = {
     "input_stall": "GPUs waiting on input (data loading or the file system)",
 }
 # A straggler whose cause is one of these is a hardware matter: the hardware contact hears too.
-HARDWARE_CAUSES = frozenset({"thermal", "clock", "xid", "ecc", "power"})
+# (``power``, the software power cap, was one until issue 28: the busiest GPU reaches it.)
+HARDWARE_CAUSES = frozenset({"thermal", "hw_slowdown", "clock", "xid", "ecc"})
 CAUSE_WORDS = {"thermal": "thermal throttling (the GPU runs hot and slows its clocks)",
-               "clock": "a low SM clock", "xid": "XID errors reported by the driver",
+               "hw_slowdown": "a hardware slowdown or power brake reported by the GPU",
+               "clock": "SM clocks below its peers' at the same load",
+               "xid": "XID errors reported by the driver",
                "ecc": "uncorrectable ECC memory errors", "power": "power capping",
+               "power_limit": "the slowest stage: it has the most work, so it runs at its "
+                              "software power limit (a consequence of its load, not a fault); "
+                              "uneven work per rank or pipeline stage is the likely cause",
                "unknown": "no hardware sign: uneven work per rank is the likely cause"}
 
 

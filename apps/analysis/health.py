@@ -7,6 +7,12 @@ Throttle reasons are dcgm's clock-event bitmask (``DCGM_FI_DEV_CLOCKS_EVENT_REAS
 ``..._CLOCK_THROTTLE_REASONS``): 0x1 idle, 0x2 application clocks, 0x4 software power cap,
 0x8 hardware slowdown, 0x10 sync boost, 0x20 software thermal, 0x40 hardware thermal,
 0x80 hardware power brake. ``DCGM_FI_DEV_XID_ERRORS`` is the *last* XID seen (a gauge).
+
+AMD's exporter has no bitmask: it writes how much of the time each limit held the clocks
+back (``gpu_violation_*_residency_percentage``, MI3xx), read as the measures
+``thermal_throttle`` (socket thermal), ``power_throttle`` (package power tracking) and
+``hw_slowdown`` (PROCHOT), ratios 0..1. Their mean is the same share of time the
+bitmask's samples give, so the straggler and diagnosis rules read one number either way.
 """
 
 from __future__ import annotations
@@ -19,12 +25,18 @@ from apps.analysis.efficiency import weights
 from apps.analysis.timeseries import Point, Series, Window, counter_increase, measured
 
 THERMAL_BITS = 0x20 | 0x40
-POWER_BITS = 0x04 | 0x80
-HW_SLOWDOWN_BITS = 0x08
+# The software power cap (0x4) is the limit doing its job: the busiest GPU reaches it
+# first. A hardware slowdown (0x8) or power brake (0x80, an external signal: the node's
+# power supply) is the device or its node acting up (issue 28).
+POWER_BITS = 0x04
+HW_SLOWDOWN_BITS = 0x08 | 0x80
 # XIDs that mean the GPU or its memory is faulty (NVIDIA's XID catalogue): the others are
 # mostly application errors (13 graphics exception, 31 MMU fault, 43 reset channel).
 HARDWARE_XIDS = frozenset({48, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95, 119, 120})
 BUSY_UTIL = 0.5  # the SM clock is compared while the GPU is busy (idle clocks drop)
+# The bit each residency stands for on the events map (dcgm's layout: hardware thermal,
+# software power cap, hardware slowdown), set where the reason held most of a bucket.
+RESIDENCY_BITS = {"thermal_throttle": 0x40, "power_throttle": 0x04, "hw_slowdown": 0x08}
 
 
 @dataclass(frozen=True)
@@ -84,9 +96,9 @@ def gpu_health(series: Mapping[str, Series], window: Window) -> GpuHealth:
     return GpuHealth(
         temp_mean=_mean(temps), temp_max=max(temps) if temps else None,
         sm_clock_busy=_busy_clock(values.get("sm_clock"), values.get("gpu_util")),
-        thermal_share=_bit_share(values.get("throttle_reasons"), THERMAL_BITS),
-        power_share=_bit_share(values.get("throttle_reasons"), POWER_BITS),
-        hw_slowdown_share=_bit_share(values.get("throttle_reasons"), HW_SLOWDOWN_BITS),
+        thermal_share=_throttled(values, THERMAL_BITS, "thermal_throttle"),
+        power_share=_throttled(values, POWER_BITS, "power_throttle"),
+        hw_slowdown_share=_throttled(values, HW_SLOWDOWN_BITS, "hw_slowdown"),
         xids=tuple(sorted({int(v) for v in _values(values.get("xid")) if v > 0})),
         ecc_sbe=_new_errors(values.get("ecc_sbe")), ecc_dbe=_new_errors(values.get("ecc_dbe")),
         occupancy_mean=_mean(_values(values.get("sm_occupancy"))),
@@ -123,6 +135,37 @@ def node_health(host: str, series: Mapping[str, Series], window: Window) -> Node
     )
 
 
+def residency_mask(buckets: Mapping[str, Sequence[float | None]],
+                   most: float = 0.5) -> list[float | None]:
+    """Per bucket, a throttle bitmask from residencies (``RESIDENCY_BITS``: measure ->
+    per-bucket share): the reasons that held the clocks ``most`` of the bucket or more, so
+    an AMD GPU's events map reads like an NVIDIA one's (None: no residency measured)."""
+    n = max((len(v) for v in buckets.values()), default=0)
+    out: list[float | None] = []
+    for k in range(n):
+        seen = [(bits, shares[k]) for m, bits in RESIDENCY_BITS.items()
+                if (shares := buckets.get(m)) and k < len(shares) and shares[k] is not None]
+        out.append(float(sum(bits for bits, share in seen if share is not None
+                             and share >= most)) if seen else None)
+    return out
+
+
+def nvlink_laggards(gpus: Sequence[tuple[str, float, float | None]], idle_below: float = 0.05,
+                    low: float = 0.25) -> tuple[str, ...] | None:
+    """GPUs that ran but moved under ``low`` of the other running GPUs' NVLink bytes (median).
+
+    ``gpus``: (name, busy share, NVLink bytes/s or None). Only GPUs that ran count, on both
+    sides: a GPU held and never used moves no NVLink traffic, and it belongs to the idle-GPU
+    finding, not to the interconnect's (issue 28). None: fewer than two running GPUs with
+    NVLink measured, nothing to compare.
+    """
+    rates = {name: bps for name, busy, bps in gpus if bps is not None and busy >= idle_below}
+    if len(rates) < 2:
+        return None
+    return tuple(name for name, bps in rates.items()
+                 if bps < low * statistics.median(r for o, r in rates.items() if o != name))
+
+
 def _values(points: Sequence[Point] | None) -> list[float]:
     return [v for _, v in points] if points else []
 
@@ -134,6 +177,15 @@ def _mean(values: Sequence[float] | None) -> float | None:
 def _sum_means(values: Mapping[str, list[Point]], measures: Sequence[str]) -> float | None:
     means = [m for measure in measures if (m := _mean(_values(values.get(measure)))) is not None]
     return sum(means) if means else None
+
+
+def _throttled(values: Mapping[str, list[Point]], bits: int, residency: str) -> float | None:
+    """Share of the time the clocks were held back for one reason: from the throttle
+    bitmask where the exporter writes one (NVIDIA), else from the reason's residency."""
+    if values.get("throttle_reasons"):
+        return _bit_share(values["throttle_reasons"], bits)
+    shares = _values(values.get(residency))
+    return min(1.0, max(0.0, statistics.fmean(shares))) if shares else None
 
 
 def _bit_share(points: Sequence[Point] | None, bits: int) -> float | None:

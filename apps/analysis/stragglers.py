@@ -12,6 +12,15 @@ the archive's ``waiting``) is compared with the median of the **other** GPUs
 clearly less than they do. SM clock, temperature, throttle reasons, XIDs and ECC errors are
 evidence of *why* it is slow; they raise the confidence and are never enough alone.
 
+Only what points at the device is **hardware** evidence (issue 28): a throttle reason the
+device raises (thermal, hardware slowdown, hardware power brake), SM clocks below those of
+peers at the same load, XIDs and uncorrectable ECC errors. The straggler does the most work
+per step, so it draws the most power and runs the hottest: reaching its *software* power
+limit, or a temperature above its waiting peers', is what its load does to it. Those are
+shown as context, and such a straggler is named "the slowest stage": uneven work (a
+pipeline stage with too many layers, a larger shard), the owner's to fix, not the hardware
+contact's.
+
 With two GPUs a median-based rule is a coin flip (the median of two values is their
 midpoint, so both deviate equally). The rule here is directional: the peer must show the
 waiting signature and the named GPU must not. When two GPUs differ without that pattern
@@ -44,7 +53,8 @@ class GpuSignals:
     sm_clock: float | None = None
     temperature: float | None = None
     thermal_share: float | None = None
-    power_share: float | None = None
+    power_share: float | None = None  # at the software power limit (throttle reason 0x4)
+    hw_slowdown_share: float | None = None  # hardware slowdown or power brake (0x8, 0x80)
     xids: tuple[int, ...] = ()
     ecc_dbe: int | None = None
 
@@ -60,6 +70,7 @@ class StragglerConfig:
     clock_drop: float = 0.9  # SM clock under 90 % of the peers' while busy
     temp_rise_c: float = 10.0  # temperature this much above the peers'
     min_throttle_share: float = 0.2  # throttled (thermal or power) this share of samples
+    same_load: float = 0.05  # peers computing at least this close to it work as hard
     min_traffic_share: float = 0.5  # peers' waiting time with NVLink/PCIe traffic
 
 
@@ -67,7 +78,7 @@ class StragglerConfig:
 class Evidence:
     """One observation supporting a verdict, with the GPU it is about."""
 
-    kind: str  # waiting, thermal, clock, temperature, power, xid, ecc, traffic
+    kind: str  # waiting, thermal, hw_slowdown, clock, temperature, power_cap, xid, ecc
     gpu: str
     text: str
     value: float | None = None
@@ -131,13 +142,13 @@ def detect(gpus: Sequence[GpuSignals], measure: str,
         return StragglerVerdict(NOT_APPLICABLE, f"Fewer than two GPUs were busy "
                                 f"({len(active)} of {len(gpus)}): no straggler analysis.")
     gpus = active
-    hardware = {g.key: _hardware_evidence(g, gpus, config) for g in gpus}
+    seen = {g.key: _evidence(g, gpus, config) for g in gpus}
     if measure not in SM_MEASURES:
-        return _unmeasured(measure, hardware)
+        return _unmeasured(measure, _hardware(seen))
     named = _name_stragglers(gpus, config)
     if named:
-        return _found(gpus, named, hardware, config)
-    return _not_found(gpus, hardware, config)
+        return _found(gpus, named, seen, config)
+    return _not_found(gpus, seen, config)
 
 
 # --- Naming --------------------------------------------------------------------------------
@@ -186,12 +197,14 @@ def slowdown(waiting: float, peer_waiting: float) -> float:
 
 
 def _found(gpus: Sequence[GpuSignals], named: list[tuple[GpuSignals, float]],
-           hardware: dict[GpuKey, tuple[Evidence, ...]],
+           seen: dict[GpuKey, tuple[Evidence, ...]],
            config: StragglerConfig) -> StragglerVerdict:
     names = {g.key for g, _ in named}
+    hardware = _hardware(seen)
     stragglers = tuple(
         StragglerGpu(g.key, g.waiting, peer, slowdown(g.waiting, peer),
-                     _cause(hardware[g.key]), (_waiting_evidence(g, peer), *hardware[g.key]))
+                     _cause(seen[g.key], _busiest(g, gpus)),
+                     (_waiting_evidence(g, peer), *seen[g.key]))
         for g, peer in named)
     waiting = tuple(sorted(g.key for g in gpus
                            if g.key not in names and g.waiting >= config.min_peer_waiting))
@@ -207,7 +220,7 @@ def _found_summary(stragglers: tuple[StragglerGpu, ...], waiting: int) -> str:
             f"while its peers waited {_pct(first.peer_waiting)} for it; its work per step "
             f"took about {_pct(first.slowdown)} longer")
     if first.cause != "unknown":
-        text += f" ({CAUSE_WORDS[first.cause]})"
+        text += f" ({CAUSE_WORDS.get(first.cause, first.cause)})"
     if len(stragglers) > 1:
         text += "; also " + ", ".join(str(s.key) for s in stragglers[1:])
     return f"{text}. {waiting} GPU(s) waited for it."
@@ -239,15 +252,15 @@ def _confidence(gpus: Sequence[GpuSignals], named: list[tuple[GpuSignals, float]
     return (HIGH if score >= 4 else MEDIUM if score >= 2 else LOW), tuple(reasons)
 
 
-def _not_found(gpus: Sequence[GpuSignals], hardware: dict[GpuKey, tuple[Evidence, ...]],
+def _not_found(gpus: Sequence[GpuSignals], seen: dict[GpuKey, tuple[Evidence, ...]],
                config: StragglerConfig) -> StragglerVerdict:
     ordered = sorted(gpus, key=lambda g: (g.waiting, g.key))
     best = ordered[0]
     peer = median(p.waiting for p in _peers(gpus, best, set()))
-    evidence = tuple(e for g in gpus for e in hardware[g.key])
+    evidence = tuple(e for g in gpus for e in seen[g.key])
     gap = peer - best.waiting
     if len(gpus) == 2 and gap >= config.min_gap / 2 and peer >= config.min_peer_waiting / 2:
-        return _two_gpu_tie(best, ordered[1], hardware, config, evidence)
+        return _two_gpu_tie(best, ordered[1], seen, config, evidence)
     if peer < config.min_peer_waiting:
         return StragglerVerdict(
             NONE, f"No straggler: no GPU made the others wait (they were busy-waiting "
@@ -265,13 +278,14 @@ def _not_found(gpus: Sequence[GpuSignals], hardware: dict[GpuKey, tuple[Evidence
 
 
 def _two_gpu_tie(best: GpuSignals, other: GpuSignals,
-                 hardware: dict[GpuKey, tuple[Evidence, ...]], config: StragglerConfig,
+                 seen: dict[GpuKey, tuple[Evidence, ...]], config: StragglerConfig,
                  evidence: tuple[Evidence, ...]) -> StragglerVerdict:
     """Two GPUs that differ without the full waiting pattern: hardware breaks the tie."""
+    hardware = _hardware(seen)
     if hardware[best.key] and not hardware[other.key]:
         named = StragglerGpu(best.key, best.waiting, other.waiting,
-                             slowdown(best.waiting, other.waiting), _cause(hardware[best.key]),
-                             (_waiting_evidence(best, other.waiting), *hardware[best.key]))
+                             slowdown(best.waiting, other.waiting), _cause(seen[best.key]),
+                             (_waiting_evidence(best, other.waiting), *seen[best.key]))
         return StragglerVerdict(
             FOUND, _found_summary((named,), 1), LOW, (named,), (other.key,),
             ("two GPUs, the waiting pattern alone is not conclusive",
@@ -296,30 +310,41 @@ def _unmeasured(measure: str, hardware: dict[GpuKey, tuple[Evidence, ...]]) -> S
 
 # --- Evidence ------------------------------------------------------------------------------
 
+# Evidence that points at the device; the rest (temperature above the peers', the software
+# power limit) is what the heaviest load does to any GPU: context, never the hardware's.
+HARDWARE_KINDS = frozenset({"thermal", "hw_slowdown", "clock", "xid", "ecc"})
 CAUSE_WORDS = {"thermal": "thermal throttling", "clock": "a low SM clock",
-               "xid": "XID errors", "ecc": "ECC errors", "power": "power capping"}
+               "xid": "XID errors", "ecc": "ECC errors",
+               "hw_slowdown": "a hardware slowdown or power brake",
+               "power_limit": "the slowest stage: it works hardest and so runs at its software "
+                              "power limit, a consequence of its load, not a fault"}
 
 
-def _hardware_evidence(gpu: GpuSignals, gpus: Sequence[GpuSignals],
-                       config: StragglerConfig) -> tuple[Evidence, ...]:
-    """What sets this GPU apart from its peers in clocks, heat, throttling and errors."""
+def _hardware(seen: dict[GpuKey, tuple[Evidence, ...]]) -> dict[GpuKey, tuple[Evidence, ...]]:
+    return {key: tuple(e for e in items if e.kind in HARDWARE_KINDS)
+            for key, items in seen.items()}
+
+
+def _evidence(gpu: GpuSignals, gpus: Sequence[GpuSignals],
+              config: StragglerConfig) -> tuple[Evidence, ...]:
+    """What sets this GPU apart from its peers: throttle reasons, clocks, heat, errors."""
     peers = [g for g in gpus if g.key != gpu.key]
     name, found = str(gpu.key), []
     if gpu.thermal_share is not None and gpu.thermal_share >= config.min_throttle_share:
         found.append(Evidence("thermal", name, f"{name} was thermally throttled "
                               f"{_pct(gpu.thermal_share)} of the time", gpu.thermal_share))
-    clock = _peer_median([p.sm_clock for p in peers])
-    if gpu.sm_clock is not None and clock and gpu.sm_clock < config.clock_drop * clock:
-        found.append(Evidence("clock", name, f"{name} ran its SMs at {gpu.sm_clock:.0f} MHz "
-                              f"against {clock:.0f} MHz on its peers", gpu.sm_clock))
+    if gpu.hw_slowdown_share is not None and gpu.hw_slowdown_share >= config.min_throttle_share:
+        found.append(Evidence("hw_slowdown", name, f"{name} reported a hardware slowdown or "
+                              f"power brake {_pct(gpu.hw_slowdown_share)} of the time",
+                              gpu.hw_slowdown_share))
+    found += _clock_evidence(gpu, peers, config)
     temp = _peer_median([p.temperature for p in peers])
     if gpu.temperature is not None and temp is not None and \
             gpu.temperature >= temp + config.temp_rise_c:
         found.append(Evidence("temperature", name, f"{name} ran at {gpu.temperature:.0f} °C "
                               f"against {temp:.0f} °C on its peers", gpu.temperature))
-    if gpu.power_share is not None and gpu.power_share >= config.min_throttle_share:
-        found.append(Evidence("power", name, f"{name} was power-capped "
-                              f"{_pct(gpu.power_share)} of the time", gpu.power_share))
+    if _capped(gpu, config):
+        found.append(_power_cap_evidence(gpu, peers))
     if gpu.xids:
         found.append(Evidence("xid", name, f"{name} reported XID "
                               f"{', '.join(map(str, gpu.xids))}", float(gpu.xids[0])))
@@ -329,18 +354,58 @@ def _hardware_evidence(gpu: GpuSignals, gpus: Sequence[GpuSignals],
     return tuple(found)
 
 
+def _capped(gpu: GpuSignals, config: StragglerConfig) -> bool:
+    return gpu.power_share is not None and gpu.power_share >= config.min_throttle_share
+
+
+def _clock_evidence(gpu: GpuSignals, peers: Sequence[GpuSignals],
+                    config: StragglerConfig) -> list[Evidence]:
+    """SM clocks below the peers' at the same load.
+
+    A GPU at its software power limit lowers its clocks to stay under it: compared only
+    with peers that work at least as hard (none: the cap explains the clock). A GPU below
+    its peers' clocks with no power limit reached is held back by the device itself.
+    """
+    if _capped(gpu, config):
+        peers = [p for p in peers if p.computing >= gpu.computing - config.same_load]
+    clock = _peer_median([p.sm_clock for p in peers])
+    if gpu.sm_clock is None or not clock or gpu.sm_clock >= config.clock_drop * clock:
+        return []
+    name = str(gpu.key)
+    return [Evidence("clock", name, f"{name} ran its SMs at {gpu.sm_clock:.0f} MHz against "
+                     f"{clock:.0f} MHz on peers working as hard", gpu.sm_clock)]
+
+
+def _power_cap_evidence(gpu: GpuSignals, peers: Sequence[GpuSignals]) -> Evidence:
+    """At the software power limit: context, with how hard it worked against its peers."""
+    name, share = str(gpu.key), gpu.power_share or 0.0
+    text = f"{name} ran at its software power limit {_pct(share)} of the time"
+    if peers and _busiest(gpu, [gpu, *peers]):
+        text += (f" while computing {_pct(gpu.computing)} of the time against "
+                 f"{_pct(median(p.computing for p in peers))} on its peers: the limit follows "
+                 f"from its load, not a fault")
+    return Evidence("power_cap", name, text, share)
+
+
 def _waiting_evidence(gpu: GpuSignals, peer_waiting: float) -> Evidence:
     return Evidence("waiting", str(gpu.key), f"{gpu.key} waited {_pct(gpu.waiting)} of the "
                     f"time, its peers {_pct(peer_waiting)} (median)", gpu.waiting)
 
 
-def _cause(evidence: tuple[Evidence, ...]) -> str:
+def _cause(evidence: tuple[Evidence, ...], busiest: bool = False) -> str:
+    """The hardware cause the evidence points at; else, for the busiest GPU at its software
+    power limit, the slowest stage (``power_limit``); else unknown."""
     kinds = {e.kind for e in evidence}
-    for cause, needs in (("thermal", {"thermal", "temperature"}), ("xid", {"xid"}),
-                         ("ecc", {"ecc"}), ("power", {"power"}), ("clock", {"clock"})):
+    for cause, needs in (("thermal", {"thermal"}), ("hw_slowdown", {"hw_slowdown"}),
+                         ("xid", {"xid"}), ("ecc", {"ecc"}), ("clock", {"clock"})):
         if kinds & needs:
             return cause
-    return "unknown"
+    return "power_limit" if busiest and "power_cap" in kinds else "unknown"
+
+
+def _busiest(gpu: GpuSignals, gpus: Sequence[GpuSignals]) -> bool:
+    """It computed more than any other GPU of the job (its SMs active the most)."""
+    return all(gpu.computing > g.computing for g in gpus if g.key != gpu.key)
 
 
 def _peer_median(values: Sequence[float | None]) -> float | None:

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.checks import Error, Warning, register
 
 from apps.analysis import egress
+from apps.analysis.recipients import valid_domain
 from apps.core.idle_rules import idle_rules
 
 
@@ -130,3 +131,14 @@ def check_data_dir(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
     return [Warning(f"the data folder {settings.DATA_DIR} is readable by other local users "
                     f"(mode {mode:04o}): it holds the secret key and the SQLite database",
                     hint=f"chmod 700 {settings.DATA_DIR}", id="core.W006")]
+
+
+@register()
+def check_email_domain(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """BEACON_EMAIL_DOMAIN builds addresses from Slurm user names: it must be a domain."""
+    domain = settings.EMAIL_DOMAIN
+    if not domain or valid_domain(domain):
+        return []
+    return [Error(f"BEACON_EMAIL_DOMAIN={domain!r} is not a mail domain",
+                  hint="e.g. example.org (Slurm user ann is then told at ann@example.org)",
+                  id="core.E004")]

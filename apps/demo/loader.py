@@ -128,11 +128,17 @@ def ensure_cluster(desc: dict[str, Any], folder: Path) -> Cluster:
     """The cluster row: simulated, its Slurm as the folder's saved output."""
     step = int(desc.get("telemetry", {}).get("step") or 30)
     models = {n["gpu_type"]: n["model"] for n in desc.get("nodes", [])}
+    # the exporters its nodes run: an MI300X partition adds AMD's (a mixed cluster)
+    exporters = sorted({n.get("exporter", "dcgm") for n in desc.get("nodes", [])},
+                       key=("dcgm", "amd").index)
+    labels: dict[str, Any] = {"scrape_interval": step}
+    if exporters != ["dcgm"]:
+        labels["exporters"] = exporters
     cluster, _ = Cluster.objects.update_or_create(name=desc["name"], defaults={
         "display_name": f"{desc['name']} (simulated)", "is_simulated": True,
         "slurm_backend": Cluster.SlurmBackend.FILES,
         "slurm_settings": {"dir": str((folder / "slurm").resolve())},
-        "metric_labels": {"scrape_interval": step},
+        "metric_labels": labels,
         "gpu_types": [{"name": t, "model": m} for t, m in sorted(models.items())],
     })
     return cluster

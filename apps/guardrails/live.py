@@ -27,11 +27,11 @@ from apps.jobs.diagnosis import (
     RuleSet,
     efficiency_facts,
     health_facts,
-    host_facts,
     straggler_facts,
 )
 from apps.jobs.idleness import idle_rules, job_idleness, run_hours
 from apps.jobs.models import Job, JobMetrics, JobMetricSummary, JobNodeMetrics
+from apps.jobs.node_facts import host_facts, receive_facts
 
 
 def alert_config() -> AlertConfig:
@@ -117,6 +117,7 @@ def _facts(job: Job, metrics: JobMetrics, summaries: Sequence[JobMetricSummary],
         facts.update(straggler_facts(metrics))
         facts.update(health_facts(summaries))
         facts.update(host_facts(nodes, job.cpus, node_cpus))
+        facts.update(receive_facts(summaries, nodes, job.node_count > 1))
     return facts
 
 

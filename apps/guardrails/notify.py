@@ -7,6 +7,10 @@ waited is dropped as expired). Pending alerts are claimed with a conditional UPD
 workers never send the same alert. A straggler with a hardware cause is copied to the
 hardware contact (``accounts.Contact``, area hardware: the cluster's, else the
 platform-wide one), outside the user's rate limit.
+
+Who hears is ``address_of``: the linked portal user's e-mail, else the e-mail domain rule
+(``BEACON_EMAIL_DOMAIN``), else nobody, with the reason kept on the alert
+(``detail["no_address"]``) and counted per Slurm user in the run's figures (issue 28).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from apps.accounts.models import Contact
+from apps.analysis.recipients import Recipient, recipient
 from apps.core.errors import AdapterError
 from apps.core.webhooks import post_json
 from apps.guardrails.alerts import local_time, scancel_command
@@ -43,24 +48,38 @@ def preferences_url() -> str:
 # --- Alerts --------------------------------------------------------------------------------
 
 
-def deliver_pending(now: datetime) -> dict[str, int]:
-    """Send every user's pending alerts that the rate limit allows; copy hardware causes."""
-    stats = {"messages": 0, "alerts_sent": 0, "expired": 0, "rate_limited": 0, "failed": 0}
+def address_of(job: Job) -> Recipient:
+    """Where the owner of ``job`` hears from Beacon, or why nowhere (by e-mail)."""
+    user = job.user
+    return recipient(job.user_name, user.get_username() if user is not None else None,
+                     user.email if user is not None else "", settings.EMAIL_DOMAIN)
+
+
+def deliver_pending(now: datetime) -> dict[str, Any]:
+    """Send every owner's pending alerts that the rate limit allows; copy hardware causes.
+
+    Owners are portal users, or Slurm users no portal user matches (the domain rule may
+    still reach them). ``no_address`` counts the alerts nobody could be told of, and
+    ``no_address_users`` says for which Slurm users and why.
+    """
+    stats: dict[str, Any] = {"messages": 0, "alerts_sent": 0, "expired": 0, "rate_limited": 0,
+                             "failed": 0, "no_address": 0, "no_address_users": {}}
     pending = (Alert.objects.filter(status=Alert.Status.PENDING)
                .select_related("job", "job__cluster", "job__user", "job__team")
-               .order_by("job__user_id", "raised_at", "pk"))
-    by_user: dict[int | None, list[Alert]] = {}
+               .order_by("job__user_id", "job__user_name", "raised_at", "pk"))
+    by_owner: dict[tuple[int | None, str], list[Alert]] = {}
     for alert in pending:
-        by_user.setdefault(alert.job.user_id, []).append(alert)
-    for user_id, alerts in by_user.items():
+        job = alert.job
+        by_owner.setdefault((job.user_id, "" if job.user_id else job.user_name), []).append(alert)
+    for (user_id, _name), alerts in by_owner.items():
         _deliver_user(user_id, alerts, now, stats)
     return stats
 
 
 def _deliver_user(user_id: int | None, alerts: list[Alert], now: datetime,
-                  stats: dict[str, int]) -> None:
-    if user_id is not None and _sent_today(user_id, now) >= \
-            settings.GUARDRAILS_MAX_MESSAGES_PER_DAY:
+                  stats: dict[str, Any]) -> None:
+    address = address_of(alerts[0].job)
+    if _sent_today(user_id, address.email, now) >= settings.GUARDRAILS_MAX_MESSAGES_PER_DAY:
         ended = [a.pk for a in alerts if not a.job.is_active]
         stats["expired"] += Alert.objects.filter(pk__in=ended, status=Alert.Status.PENDING) \
             .update(status=Alert.Status.EXPIRED)
@@ -69,10 +88,9 @@ def _deliver_user(user_id: int | None, alerts: list[Alert], now: datetime,
     claimed = _claim(alerts)
     if not claimed:
         return
-    message = send_alerts(claimed, now)
+    message = send_alerts(claimed, now, address)
     if message is None:
-        Alert.objects.filter(pk__in=[a.pk for a in claimed]).update(
-            status=Alert.Status.NO_ADDRESS)
+        _no_address(claimed, alerts[0].job.user_name, address.reason, stats)
         return
     ok = bool(message.channels)
     Alert.objects.filter(pk__in=[a.pk for a in claimed]).update(
@@ -84,9 +102,28 @@ def _deliver_user(user_id: int | None, alerts: list[Alert], now: datetime,
             copy_to_hardware(alert, now)
 
 
-def _sent_today(user_id: int, now: datetime) -> int:
-    return Message.objects.filter(user_id=user_id, kind=Message.Kind.ALERT,
-                                  created_at__gt=now - DAY).exclude(channels=[]).count()
+def _no_address(alerts: Sequence[Alert], slurm_user: str, reason: str,
+                stats: dict[str, Any]) -> None:
+    """Keep the alerts unsent with the reason, and count them for the run's figures."""
+    for alert in alerts:
+        alert.detail = {**alert.detail, "no_address": reason}
+        alert.status = Alert.Status.NO_ADDRESS
+        alert.save(update_fields=["detail", "status"])
+    stats["no_address"] += len(alerts)
+    stats["no_address_users"][slurm_user] = reason
+    log.warning("guardrails: %d alert(s) for Slurm user %s not sent: %s", len(alerts),
+                slurm_user, reason)
+
+
+def _sent_today(user_id: int | None, email: str, now: datetime) -> int:
+    """Alert messages that went out in the last 24 h: to the portal user, else (an owner no
+    portal user matches) to the address the domain rule gives."""
+    if user_id is None and not email:
+        return 0
+    sent = Message.objects.filter(kind=Message.Kind.ALERT, created_at__gt=now - DAY)
+    sent = sent.filter(user_id=user_id) if user_id is not None else sent.filter(
+        user__isnull=True, to=[email])
+    return sent.exclude(channels=[]).count()
 
 
 def _claim(alerts: Sequence[Alert]) -> list[Alert]:
@@ -99,15 +136,17 @@ def _claim(alerts: Sequence[Alert]) -> list[Alert]:
     return mine
 
 
-def send_alerts(alerts: Sequence[Alert], now: datetime) -> Message | None:
-    """One message carrying ``alerts`` (one user's), by e-mail and webhooks.
+def send_alerts(alerts: Sequence[Alert], now: datetime,
+                address: Recipient | None = None) -> Message | None:
+    """One message carrying ``alerts`` (one owner's), by e-mail and webhooks.
 
     None when there is nowhere to send it (no address, no webhook). The message's
     ``channels`` lists what worked (empty: everything failed; the alerts are retried).
     """
     jobs = list({a.job_id: a.job for a in alerts}.values())
     user = jobs[0].user
-    emails = [user.email] if user is not None and user.email else []
+    address = address or address_of(jobs[0])
+    emails = [address.email] if address.email else []
     hooks = _webhooks(user, jobs)
     if not emails and not hooks:
         return None
@@ -220,8 +259,12 @@ def _send(kind: str, user: Any, emails: list[str], subject: str, body: str,
 
 def send_notice(kind: str, user: Any, subject: str, body: str, now: datetime,
                 jobs: Sequence[Job] = ()) -> Message | None:
-    """A policy notice or a digest to one user (their address and webhooks)."""
+    """A policy notice or a digest to one user (their address and webhooks); without an
+    e-mail of their own, the domain rule's address for the jobs' Slurm user."""
     emails = [user.email] if user is not None and user.email else []
+    if not emails and jobs:
+        address = address_of(jobs[0])
+        emails = [address.email] if address.email else []
     hooks = _webhooks(user, jobs)
     if not emails and not hooks:
         return None

@@ -39,6 +39,7 @@ from apps.analysis.efficiency import JobEfficiency, summarise_job
 from apps.analysis.health import GpuHealth, NodeHealth, gpu_health, node_health
 from apps.analysis.stragglers import GpuSignals, StragglerVerdict, detect
 from apps.analysis.timeseries import GpuKey, Window
+from apps.analysis.vendors import joined
 from apps.clusters.adapters.telemetry import GpuInterval, JobTelemetry
 from apps.core.batch import forked
 from apps.core.errors import AdapterError
@@ -278,6 +279,7 @@ def signals(result: JobEfficiency, health: dict[GpuKey, GpuHealth]) -> list[GpuS
             key=s.key, busy=s.split.busy, computing=s.split.useful, waiting=s.split.waiting,
             traffic_share=s.waiting_with_traffic, sm_clock=h.sm_clock_busy,
             temperature=h.temp_mean, thermal_share=h.thermal_share, power_share=h.power_share,
+            hw_slowdown_share=h.hw_slowdown_share,
             xids=h.hardware_xids, ecc_dbe=h.ecc_dbe))
     return out
 
@@ -357,7 +359,8 @@ def _rows(todo: Todo, source: str, telemetry: JobTelemetry, analysis: Analysis) 
              for host, health in analysis.nodes.items()]
     fields = {
         "source": source, "binding": telemetry.binding,
-        "measure": result.measure, "window_start": archive_rows.utc(p.window.start),
+        "measure": result.measure, "gpu_vendor": joined(telemetry.vendors.values()),
+        "window_start": archive_rows.utc(p.window.start),
         "window_end": archive_rows.utc(p.window.end), "step_s": p.step, "points": p.n,
         "allocated_gpu_hours": result.allocated_gpu_hours,
         "useful_hours": result.hours.useful, "waiting_hours": result.hours.waiting,

@@ -11,7 +11,7 @@ from typing import Any
 
 from apps.analysis import compact
 from apps.analysis.efficiency import GpuSummary
-from apps.analysis.health import GpuHealth, NodeHealth
+from apps.analysis.health import RESIDENCY_BITS, GpuHealth, NodeHealth, residency_mask
 from apps.analysis.stragglers import StragglerVerdict
 from apps.analysis.timeseries import GpuKey, Series, Window, regrid
 from apps.clusters.adapters.telemetry import JobTelemetry
@@ -100,8 +100,13 @@ NODE_CHANNELS = ("cpu_busy", "mem_used", "ib_tx", "ib_rx", "ib_wait", "net_tx", 
 def channels(series: dict[str, Series], measure: str, window: Window,
               n: int) -> dict[str, list[float | None]]:
     wanted = {"activity": (measure, "mean"), **GPU_CHANNELS}
-    return {channel: regrid(series[m].points, window, n, how)
-            for channel, (m, how) in wanted.items() if m in series}
+    out = {channel: regrid(series[m].points, window, n, how)
+           for channel, (m, how) in wanted.items() if m in series}
+    if "throttle" not in out and any(m in series for m in RESIDENCY_BITS):
+        # no bitmask (AMD): the events map reads the reasons' residencies
+        out["throttle"] = residency_mask({m: regrid(series[m].points, window, n)
+                                          for m in RESIDENCY_BITS if m in series})
+    return out
 
 
 def utc(seconds: float) -> datetime:

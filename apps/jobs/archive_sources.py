@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from django.conf import settings
+
 from apps.analysis.timeseries import Series, Window
 from apps.clusters import services as cluster_services
 from apps.clusters.adapters.catalogue import Catalogue, CatalogueError
@@ -146,6 +148,7 @@ class OpenMetricsSource:
     def _telemetry(self, window: Window, read: JobSeries) -> JobTelemetry:
         result = JobTelemetry(plan(window, self.catalogue.scrape_interval), read.binding)
         result.gpus, result.nodes = read.gpus, read.nodes
+        result.vendors = {key: self.catalogue.vendor_of(m) for key, m in read.gpus.items()}
         return result
 
     def files_for(self, window: Window) -> list[Path]:
@@ -212,8 +215,10 @@ def _merge_into(target: dict[Any, dict[str, Series]],
 
 
 def catalogue_for(cluster: Cluster) -> Catalogue:
+    """The cluster's metric catalogue, the site's exporters and AMD prefix as defaults."""
     try:
-        return Catalogue.from_config(cluster.metric_labels)
+        return Catalogue.from_config(cluster.metric_labels, {
+            "exporters": settings.GPU_EXPORTERS, "amd_prefix": settings.AMD_METRICS_PREFIX})
     except CatalogueError as exc:
         raise AdapterError(f"cluster {cluster.name}: {exc}", service="prometheus") from exc
 

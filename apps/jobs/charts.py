@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from itertools import zip_longest
 from typing import Any
 
+from apps.analysis.vendors import measure_words
 from apps.core.figures import legend_below
 
 Figure = dict[str, Any]
@@ -27,10 +28,12 @@ _LAYOUT: dict[str, Any] = {"margin": {"l": 60, "r": 20, "t": 30, "b": 40}, "heig
                            "font": {"size": 12}}
 
 
-def activity_bars(means: Mapping[str, float], measure: str) -> Figure:
-    """GPU utilisation against SM (or fallback) activity against tensor-pipe activity."""
-    labels = {measure: _measure_label(measure), "gpu_util": "GPU util (busy)",
-              "tensor_active": "tensor pipe active"}
+def activity_bars(means: Mapping[str, float], measure: str, vendor: str = "") -> Figure:
+    """GPU utilisation against SM (or fallback) activity against tensor-pipe activity, in
+    the words of the GPUs' vendor (GFX activity, VALU busy, MFMA on AMD)."""
+    labels = {measure: _measure_label(measure, vendor),
+              "gpu_util": "GFX activity (busy)" if vendor == "amd" else "GPU util (busy)",
+              "tensor_active": measure_words("tensor_active", vendor)}
     keys = [k for k in dict.fromkeys(("gpu_util", measure, "tensor_active")) if k in means]
     return {
         "data": [{"type": "bar", "orientation": "h", "y": [labels[k] for k in keys],
@@ -95,7 +98,10 @@ def _title(text: str, scope: str = "job") -> dict[str, Any]:
     return {"text": f"{text} · {SCOPE_WORDS[scope]}", "font": {"size": 13}}
 
 
-def _measure_label(measure: str) -> str:
+def _measure_label(measure: str, vendor: str = "") -> str:
+    if vendor == "amd":
+        return {"sm_active": "VALU busy (computing)", "gpu_util": "GFX activity"}.get(
+            measure, measure)
     return {"sm_active": "SM active (computing)", "gr_engine_active": "graphics engine active",
             "gpu_util": "GPU util"}.get(measure, measure)
 

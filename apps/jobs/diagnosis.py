@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from statistics import median
 from typing import Any
 
 from django.db import transaction
@@ -20,7 +19,7 @@ from django.db.models import Q
 
 from apps.accounts.models import Contact
 from apps.analysis.diagnosis import Fact, Finding, evaluate
-from apps.analysis.health import HARDWARE_XIDS
+from apps.analysis.health import HARDWARE_XIDS, nvlink_laggards
 from apps.analysis.hostlist import expand as expand_hostlist
 from apps.analysis.idleness import facts as idleness_facts
 from apps.analysis.idleness import is_idle
@@ -31,6 +30,7 @@ from apps.analysis.straggler_story import (
     one_story,
     rank_gpu,
 )
+from apps.analysis.stragglers import HARDWARE_KINDS
 from apps.clusters.models import Node
 from apps.jobs.idleness import idle_rules, job_idleness, run_hours, shares
 from apps.jobs.models import (
@@ -42,6 +42,7 @@ from apps.jobs.models import (
     JobNodeMetrics,
     TraceRun,
 )
+from apps.jobs.node_facts import host_facts, network_facts, receive_facts
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,7 @@ class _Stored:
             facts.update(network_facts(nodes))
             facts.update(host_facts(nodes, job.cpus, [
                 self.node_cpus.get((job.cluster_id, n.host), 0) for n in nodes]))
+            facts.update(receive_facts(summaries, nodes, job.node_count > 1))
         trace = self.traces.get(job.pk)
         if trace is not None:
             facts.update(trace_facts(trace))
@@ -288,19 +290,25 @@ def straggler_facts(metrics: JobMetrics) -> dict[str, Fact]:
     named = metrics.straggler_detail.get("stragglers", [])
     facts: dict[str, Fact] = {"straggler_found": float(bool(named)), "straggler_hardware": 0.0}
     if named:
+        # Only evidence pointing at the device counts: the software power limit and heat
+        # above the waiting peers' follow from the heaviest load (issue 28).
         kinds = {e["kind"] for e in metrics.straggler_detail.get("evidence", [])}
         first = named[0]
         facts.update(
             straggler_gpu=", ".join(s["gpu"] for s in named),
             straggler_slowdown=float(first["slowdown"]),
-            straggler_hardware=float(bool(kinds - {"waiting"})),
-            straggler_cause=CAUSE_WORDS.get(first["cause"], "no hardware sign"),
+            straggler_hardware=float(bool(kinds & HARDWARE_KINDS)),
+            straggler_cause=CAUSE_WORDS.get(first["cause"], "no throttle reason, clock drop "
+                                                            "or error on the device"),
             waiting_gpu_count=float(len(metrics.straggler_detail.get("waiting_gpus", []))))
     return facts
 
 
-CAUSE_WORDS = {"thermal": "thermal throttling", "clock": "a low SM clock", "xid": "XID errors",
-               "ecc": "ECC errors", "power": "power capping"}
+CAUSE_WORDS = {"thermal": "thermal throttling", "clock": "SM clocks below its peers' at the "
+               "same load", "xid": "XID errors", "ecc": "ECC errors",
+               "hw_slowdown": "a hardware slowdown or power brake",
+               "power_limit": "it works hardest and so runs at its software power limit, a "
+                              "consequence of its load, not a fault"}
 
 
 def health_facts(summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:
@@ -329,12 +337,16 @@ def health_facts(summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:
 
 
 def _nvlink_facts(summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:
-    rates = {(s.host, s.gpu_index): s.nvlink_bps for s in summaries if s.nvlink_bps is not None}
-    if len(rates) < 2:
+    """NVLink laggards among the GPUs that ran (an unused GPU is the idle-GPU finding's:
+    the site's one idle reading decides which GPUs did no work)."""
+    low = nvlink_laggards([(f"{s.host}:{s.gpu_index}", s.useful + s.waiting, s.nvlink_bps)
+                           for s in summaries], idle_rules().idle_below, NVLINK_LOW)
+    if low is None:
         return {}
-    low = [k for k, v in rates.items()
-           if v < NVLINK_LOW * median(r for o, r in rates.items() if o != k)]
-    return {"nvlink_low_gpus": float(len(low))}
+    facts: dict[str, Fact] = {"nvlink_low_gpus": float(len(low))}
+    if low:
+        facts["nvlink_low_names"] = ", ".join(low[:8])
+    return facts
 
 
 def slow_elsewhere_facts(job: Job, summaries: Sequence[JobMetricSummary]) -> dict[str, Fact]:
@@ -380,46 +392,6 @@ def _slow_elsewhere(job: Job, summaries: Sequence[JobMetricSummary],
     gpu, count = counts.most_common(1)[0]
     names = {s.gpu_uuid: f"{s.host}:{s.gpu_index}" for s in summaries if s.gpu_uuid}
     return {"gpu_slow_elsewhere": float(count), "slow_gpu": names.get(gpu, gpu)}
-
-
-def network_facts(nodes: Sequence[JobNodeMetrics]) -> dict[str, Fact]:
-    """Node-shared InfiniBand facts over the job's nodes (CPU and file system: host_facts)."""
-    if not nodes:
-        return {}
-    degraded = [n.host for n in nodes if n.ib_degraded]
-    facts: dict[str, Fact] = {}
-    if any(n.ib_rate_max_bps is not None for n in nodes):
-        facts["ib_degraded_nodes"] = float(len(degraded))
-        if degraded:
-            facts["ib_degraded_node"] = ", ".join(degraded)
-    errors = [n.ib_errors for n in nodes if n.ib_errors is not None]
-    if errors:
-        facts["ib_errors"] = float(sum(errors))
-    waits = [n.ib_wait_per_s for n in nodes if n.ib_wait_per_s is not None]
-    if waits:
-        facts["ib_wait_per_s"] = max(waits)
-    return facts
-
-
-def host_facts(nodes: Sequence[JobNodeMetrics], job_cpus: int,
-               node_cpus: Sequence[int]) -> dict[str, Fact]:
-    """What the job's nodes did while it ran: CPU and network file-system reads.
-
-    Node-shared like InfiniBand: other jobs on a node add to its numbers, so
-    ``node_cpu_share`` says how much of the nodes' CPUs the job held (1: whole nodes, where
-    the nodes' numbers are the job's). File-system reads are the mean per node, since a
-    data-parallel job reads its shards evenly.
-    """
-    facts: dict[str, Fact] = {}
-    if nodes and job_cpus > 0 and all(node_cpus):
-        facts["node_cpu_share"] = min(1.0, job_cpus / sum(node_cpus))
-    busy = [n.cpu_busy for n in nodes if n.cpu_busy is not None]
-    if busy:
-        facts["cpu_busy"] = max(busy)
-    reads = [n.fs_read_bps for n in nodes if n.fs_read_bps is not None]
-    if reads:
-        facts["fs_read_gbs"] = sum(reads) / len(reads) / 1e9
-    return facts
 
 
 def trace_facts(trace: TraceRun) -> dict[str, Fact]:

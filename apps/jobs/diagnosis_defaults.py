@@ -18,9 +18,13 @@ OLD_IDLE_CONDITIONS = {
     "idle-allocation": [("busy", "<=", 0.03), ("run_hours", ">=", 4)],
 }
 
-# GPUs busy but not computing, no GPU late, host-to-GPU copies flowing: waiting for input.
-INPUT_STALL = [("sm_measured", ">=", 1), ("busy", ">=", 0.5), ("computing_share", "<=", 0.35),
-               ("straggler_found", "<=", 0), ("pcie_rx_gbs", ">=", 1.0)]
+# GPUs busy but not computing, no GPU late: they wait for something (WAITING). With data
+# flowing into them over PCIe that the network does not explain (host-to-GPU copies), they
+# wait for input. PCIe receive alone is not enough: on a multi-node job GPUDirect RDMA
+# writes the collectives' traffic into GPU memory over PCIe too (issue 28).
+WAITING = [("sm_measured", ">=", 1), ("busy", ">=", 0.5), ("computing_share", "<=", 0.35),
+           ("straggler_found", "<=", 0)]
+INPUT_STALL = [*WAITING, ("host_rx_gbs", ">=", 1.0)]
 
 DEFAULT_RULES: list[dict[str, Any]] = [
     # --- Data: the storage contact ------------------------------------------------------
@@ -28,8 +32,11 @@ DEFAULT_RULES: list[dict[str, Any]] = [
      "title": "Input pipeline stall",
      "conditions": list(INPUT_STALL),
      "text": "GPUs were busy {busy} of the time but computing only {computing}, while "
-             "host-to-GPU copies ran at {pcie_rx_gbs} per GPU: the GPUs wait for input "
-             "batches, not for each other.",
+             "host-to-GPU copies ran at {host_rx_gbs} per GPU (PCIe receive {pcie_rx_gbs}, "
+             "less what the nodes' InfiniBand/RoCE ports delivered on a multi-node job): the "
+             "GPUs wait for input batches, not for each other. It could also be other "
+             "copies from host memory, such as activations or optimizer state offloaded to "
+             "the CPU.",
      "hint": "Check the data loader (num_workers, pin_memory, prefetch_factor), the "
              "file system's read throughput for the dataset, and stage it to local NVMe "
              "if the shared file system is the bottleneck."},
@@ -49,7 +56,10 @@ DEFAULT_RULES: list[dict[str, Any]] = [
              "NVMe."},
     {"key": "input-stall-cpu", "area": "code", "severity": "warning", "order": 48,
      "title": "Input stall: preprocessing on the CPU cannot keep up",
-     "conditions": [*INPUT_STALL, ("node_cpu_share", ">=", 0.9), ("cpu_busy", ">=", 0.8)],
+     # CPUs pegged on whole nodes are host-side evidence by themselves: any PCIe receive
+     # will do here, the network's included (the data path is busy either way).
+     "conditions": [*WAITING, ("pcie_rx_gbs", ">=", 1.0), ("node_cpu_share", ">=", 0.9),
+                    ("cpu_busy", ">=", 0.8)],
      "text": "While the GPUs waited for input, the nodes' CPUs were {cpu_busy} busy "
              "(network file-system reads: {fs_read_gbs} per node): decoding and augmenting "
              "batches on the CPU is the bottleneck, not the storage.",
@@ -90,6 +100,27 @@ DEFAULT_RULES: list[dict[str, Any]] = [
              "was late: the collectives themselves take the time.",
      "hint": "Check the interconnect (NCCL_DEBUG=INFO for the transport used, InfiniBand "
              "port rates) and the message sizes (gradient bucket size, overlap)."},
+    # The input stall's look-alike on multi-node jobs (issue 28): PCIe receive as high as
+    # an input stall's, but the nodes' InfiniBand/RoCE ports received it (GPUDirect RDMA),
+    # and the host's data path (CPUs, host copies) does not point at input.
+    {"key": "communication-bound-gpudirect", "area": "network", "severity": "warning",
+     "order": 19, "title": "Communication-bound: PCIe receive is network data (GPUDirect)",
+     "conditions": [("multi_node", ">=", 1), *WAITING, ("pcie_rx_gbs", ">=", 1.0),
+                    ("host_rx_gbs", "<", 1.0), ("cpu_busy", "<", 0.8)],
+     "text": "GPUs were busy {busy} of the time but computing only {computing}. They received "
+             "{pcie_rx_gbs} per GPU over PCIe, and the nodes' InfiniBand/RoCE ports "
+             "received {ib_rx_gbs} per node, which explains {network_rx_share} of it: with "
+             "GPUDirect RDMA the network card writes the collectives' data straight into "
+             "GPU memory, and PCIe counts it. Host-to-GPU copies left: {host_rx_gbs} per "
+             "GPU; the nodes' CPUs were {cpu_busy} busy (network file-system reads: "
+             "{fs_read_gbs} per node). So the GPUs most likely wait on communication, not "
+             "on input. It could also be input read over the network by a file system "
+             "whose client counters are not collected, or another job's traffic on a "
+             "shared node.",
+     "hint": "Check the interconnect (NCCL_DEBUG=INFO for the transport and GPUDirect use, "
+             "the InfiniBand ports' rates and errors), the message sizes (gradient bucket "
+             "size) and the overlap of communication with compute; fewer, larger nodes "
+             "or gradient accumulation send less per step."},
     {"key": "communication-bound-trace", "area": "network", "severity": "warning",
      "order": 21, "title": "Communication-bound (profiler trace)",
      "conditions": [("trace", ">=", 1), ("trace_comm_bound", ">=", 1)],
@@ -112,7 +143,10 @@ DEFAULT_RULES: list[dict[str, Any]] = [
      "title": "NVLink traffic far below the peers'",
      "conditions": [("gpus", ">=", 2), ("nvlink_low_gpus", ">=", 1),
                     ("straggler_found", "<=", 0)],
-     "text": "{nvlink_low_gpus} GPU(s) moved far less NVLink data than their peers.",
+     # Among the GPUs that ran: a GPU held but unused moves no NVLink data, and is the
+     # idle-gpus finding's (issue 28).
+     "text": "{nvlink_low_gpus} GPU(s) that ran ({nvlink_low_names}) moved far less NVLink "
+             "data than the job's other running GPUs.",
      "hint": "Check nvidia-smi nvlink --status on the node (links down or degraded)."},
     # --- Hardware: hardware on-call -----------------------------------------------------
     {"key": "slow-gpu-hardware", "area": "hardware", "severity": "critical", "order": 30,
@@ -148,10 +182,13 @@ DEFAULT_RULES: list[dict[str, Any]] = [
      "hint": "The GPU, not the code: drain the node and test the GPU."},
     # --- Code: the researcher, with the hint --------------------------------------------
     {"key": "straggler-no-hardware", "area": "code", "severity": "warning", "order": 40,
-     "title": "One GPU does more work than the others",
+     # The busiest GPU at its software power limit lands here too: reaching the limit is
+     # what its load does, not a fault (issue 28).
+     "title": "The slowest stage: one GPU has more work than the others",
      "conditions": [("straggler_found", ">=", 1), ("straggler_hardware", "<=", 0)],
-     "text": "GPU {straggler_gpu} made {waiting_gpu_count} GPUs wait (about "
-             "{straggler_slowdown} more work per step) with no sign of a hardware problem.",
+     "text": "GPU {straggler_gpu} is the slowest stage: {waiting_gpu_count} GPUs waited for "
+             "it (about {straggler_slowdown} more work per step), and it shows no sign of a "
+             "hardware problem ({straggler_cause}).",
      "hint": "Check for uneven work per rank: data shards of different sizes, extra work on "
              "one rank (logging, evaluation, checkpointing), or a pipeline stage that is "
              "heavier than the others. A profiler trace names the rank and phase."},

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from django.db.models import Q, QuerySet
 
+from apps.analysis.vendors import measure_words
 from apps.jobs.models import (
     Job,
     JobFinding,
@@ -70,15 +71,18 @@ def _efficiency(job: Job, metrics: JobMetrics | None) -> list[str]:
         return [*lines, "  No GPU metrics are stored for this job"
                         + (" (no telemetry found)." if metrics and metrics.status == "no_data"
                            else " yet.")]
-    means = metrics.means or {}
+    means, vendor = metrics.means or {}, metrics.gpu_vendor
+    amd = vendor == "amd"
     lines += [f"  {_bar(label, means.get(key))}" for key, label in (
-        ("gpu_util", "GPU utilisation (busy)"), (metrics.measure, "SM active (computing)"),
-        ("tensor_active", "Tensor pipe active")) if key in means]
+        ("gpu_util", "GFX activity (busy)" if amd else "GPU utilisation (busy)"),
+        (metrics.measure, "VALU busy (computing)" if amd else "SM active (computing)"),
+        ("tensor_active", "MFMA utilisation" if amd else "Tensor pipe active")) if key in means]
     lines += ["", f"  {metrics.verdict}",
               f"  GPU-hours: useful {metrics.useful_hours:.1f} · waiting "
               f"{metrics.waiting_hours:.1f} · idle, memory held {metrics.held_idle_hours:.1f} "
               f"· no process {metrics.no_process_hours:.1f} (measure: {metrics.measure})",
-              "", "  Per GPU (busy / computing / waiting, temperature, SM clock busy):"]
+              "", f"  Per GPU (busy / computing / waiting, temperature, "
+                  f"{measure_words('sm_clock', vendor)} busy):"]
     lines += [_gpu_line(s) for s in job.metric_summaries.order_by("host", "gpu_index")]
     return lines
 

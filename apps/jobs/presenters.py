@@ -23,13 +23,14 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.analysis import compact
-from apps.analysis.efficiency import MEASURE_NAMES, measure_note
+from apps.analysis.efficiency import measure_note
 from apps.analysis.endings import OWNER_WORDS, EndingFacts, JobNames, explain, output_paths
 from apps.analysis.hostlist import expand as expand_hostlist
 from apps.analysis.idleness import Idleness
 from apps.analysis.phases import GPU_IDLE_CHECKS
 from apps.analysis.straggler_story import KEY as STORY_KEY
 from apps.analysis.straggler_story import rank_gpu
+from apps.analysis.vendors import VENDOR_NAMES, measure_words
 from apps.core.templatetags.portal import duration, mb
 from apps.jobs import charts
 from apps.jobs.archive import PARTIAL_ATTEMPTS
@@ -76,7 +77,8 @@ def metrics_card(job: Job) -> dict[str, Any]:
     single = len(summaries) == 1  # no peer GPU: no NVLink, no collective to wait in
     gpu_panels = gpu_figures(metrics, series, single)
     card.update(
-        summaries=summaries, measure_label=MEASURE_NAMES.get(metrics.measure, metrics.measure),
+        summaries=summaries, measure_label=measure_words(metrics.measure, metrics.gpu_vendor),
+        words=gpu_words(metrics.gpu_vendor),
         measure_note=measure_note(metrics.measure),
         split=[(key, charts.SPLIT_LABELS[key], hours[key], hours[key] / total)
                for key, _ in SPLIT_FIELDS],
@@ -93,6 +95,13 @@ def metrics_card(job: Job) -> dict[str, Any]:
     )
     card["hours_at"] = metrics.window_end if card["hours_gap"] else card["facts_at"]
     return card
+
+
+def gpu_words(vendor: str) -> dict[str, str]:
+    """The page's words for what the GPUs' vendor names differently (an MI300X job says
+    "GFX clock" and "XGMI" where an H100 job says "SM clock" and "NVLink")."""
+    return {"clock": measure_words("sm_clock", vendor), "link": measure_words("nvlink", vendor),
+            "vendor": " and ".join(VENDOR_NAMES.get(v, v) for v in vendor.split("+") if v)}
 
 
 def sparse_note(metrics: JobMetrics, cluster: Any) -> str:
@@ -148,23 +157,25 @@ def _figures(metrics: JobMetrics, summaries: list[JobMetricSummary],
     rows = [(label, channels.get("activity", [])) for label, channels in series.items()]
     start = metrics.window_start.timestamp() if metrics.window_start else 0.0
     return {
-        "activity": charts.activity_bars(metrics.means, metrics.measure),
+        "activity": charts.activity_bars(metrics.means, metrics.measure, metrics.gpu_vendor),
         "split": charts.split_bar(hours),
         "heatmap": charts.gpu_heatmap(rows, start, metrics.step_s,
-                                      f"{MEASURE_NAMES.get(metrics.measure, '')} per GPU"),
+                                      f"{measure_words(metrics.measure, metrics.gpu_vendor)} "
+                                      "per GPU"),
     }
 
 
 # --- Per-GPU detail, nodes, the straggler verdict -----------------------------------------
 
-# figure id -> (channel, title, unit, scale): the per-GPU lines below the efficiency card
+# figure id -> (channel, title, unit, scale): the per-GPU lines below the efficiency card;
+# {activity}, {tensor}, {clock}, {link} are the measures' names on the GPUs' vendor
 GPU_LINES: dict[str, tuple[str, str, str, float]] = {
-    "activity": ("activity", "SM active per GPU", "%", 100.0),
-    "tensor": ("tensor_active", "Tensor pipe active per GPU", "%", 100.0),
+    "activity": ("activity", "{activity} per GPU", "%", 100.0),
+    "tensor": ("tensor_active", "{tensor} per GPU", "%", 100.0),
     "power": ("power", "Power per GPU", "W", 1.0),
     "temperature": ("temperature", "Temperature per GPU", "°C", 1.0),
-    "clock": ("sm_clock", "SM clock per GPU", "MHz", 1.0),
-    "nvlink": ("nvlink", "NVLink transmitted per GPU", "GB/s", 1e-9),
+    "clock": ("sm_clock", "{clock} per GPU", "MHz", 1.0),
+    "nvlink": ("nvlink", "{link} transmitted per GPU", "GB/s", 1e-9),
     "pcie": ("pcie_rx", "PCIe received (host to GPU) per GPU", "GB/s", 1e-9),
 }
 NODE_LINES: dict[str, tuple[str, str, str, float]] = {
@@ -183,14 +194,20 @@ def gpu_figures(metrics: JobMetrics, series: dict[str, dict[str, list[float | No
     A one-GPU job has no NVLink chart: it has no peer to talk to."""
     start = metrics.window_start.timestamp() if metrics.window_start else 0.0
     named = [s["gpu"] for s in metrics.straggler_detail.get("stragglers", [])]
+    vendor = metrics.gpu_vendor
+    words = {"activity": measure_words(metrics.measure or "sm_active", vendor),
+             "tensor": measure_words("tensor_active", vendor),
+             "clock": measure_words("sm_clock", vendor), "link": measure_words("nvlink", vendor)}
     figures: dict[str, Any] = {}
     for key, (channel, title, unit, scale) in GPU_LINES.items():
         if single and key == "nvlink":
             continue
         rows = [(label, ch[channel]) for label, ch in series.items() if channel in ch]
         if rows:
+            title = title.format(**words)
             figures[f"fig-gpu-{key}"] = charts.series_lines(
-                rows, start, metrics.step_s, title, unit, "job", scale, named)
+                rows, start, metrics.step_s, title[:1].upper() + title[1:], unit, "job",
+                scale, named)
     events = [(label, ch.get("throttle", []), ch.get("xid", [])) for label, ch in series.items()
               if "throttle" in ch or "xid" in ch]
     if events:

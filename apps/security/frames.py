@@ -128,11 +128,10 @@ def _gpu_buckets(raw: RawTelemetry, catalogue: Catalogue, grid: Grid) -> tuple[
         f = _INDEX.get(measure)
         if key is None or f is None:
             continue
-        job = series.labels.get(catalogue.job_label, "")
+        job = catalogue.job_of(series)
         if job:
             labelled.add(key.host)
-        meta.setdefault(key, (series.label(*catalogue.uuid_labels),
-                              series.labels.get("modelName", "")))
+        meta.setdefault(key, (catalogue.uuid_of(series), catalogue.model_of(series)))
         gpu = gpus.get(key) or gpus.setdefault(key, _Gpu(grid.n))
         mig = any(series.labels.get(label) for label in _MIG_LABELS)
         ks = _accumulate(gpu, f, series.points, grid)

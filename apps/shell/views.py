@@ -42,7 +42,8 @@ class HomeView(ActionRequiredMixin, TemplateView):
         user = signed_in(self.request)
         if user.is_staff:
             ctx.update(platform_overview(), quotas_at_risk=quotas_at_risk(user),
-                       own_jobs=Job.objects.filter(user=user).exists())
+                       own_jobs=Job.objects.filter(user=user).exists(),
+                       slurm_clusters=Cluster.objects.visible_to(user).fed_by_slurm())
             return ctx
         ctx["led_teams"] = Team.objects.filter(pk__in=lead_team_ids(user)).order_by("name")
         mine = Job.objects.visible_to(user).filter(user=user)

@@ -14,34 +14,38 @@ GPUS_PER_NODE = 8
 
 @dataclass(frozen=True)
 class GpuModel:
-    """One GPU model as dcgm-exporter and Slurm name it."""
+    """One GPU model as its exporter and Slurm name it."""
 
     gres: str  # Slurm gres type (gpu:h100)
-    model_name: str  # dcgm-exporter modelName label
+    model_name: str  # dcgm-exporter modelName label (AMD's card_model)
     fb_total_mib: int
     power_max_w: int
-    sm_clock_max_mhz: int
+    sm_clock_max_mhz: int  # the SM clock; the GFX clock on AMD
 
 
 GPU_MODELS = {
     "h100": GpuModel("h100", "NVIDIA H100 80GB HBM3", 81559, 700, 1980),
     "h200": GpuModel("h200", "NVIDIA H200", 143771, 700, 1980),
     "a100": GpuModel("a100", "NVIDIA A100-SXM4-80GB", 81920, 400, 1410),
+    "mi300x": GpuModel("mi300x", "AMD Instinct MI300X", 196592, 750, 2100),
 }
 
 
 @dataclass(frozen=True)
 class ExporterGroup:
-    """How one group of nodes runs dcgm-exporter.
+    """How one group of nodes runs its GPU exporter.
 
     ``profiling`` False means dcgm-exporter's default counters only (no SM_ACTIVE,
     SM_OCCUPANCY or NVLink bytes); ``job_mapping`` False means no ``hpc_job`` label ever.
+    ``exporter`` is ``dcgm`` or ``amd`` (AMD's Device Metrics Exporter with its profiler
+    fields and Slurm integration: ``job_id`` labels; no XIDs, no throttle bitmask).
     """
 
     name: str
     hostname_label: str
     profiling: bool
     job_mapping: bool
+    exporter: str = "dcgm"
 
 
 GROUPS = {
@@ -49,7 +53,9 @@ GROUPS = {
     "newer": ExporterGroup("newer", "hostname", True, True),
     "default-counters": ExporterGroup("default-counters", "Hostname", False, True),
     "no-job-map": ExporterGroup("no-job-map", "Hostname", True, False),
+    "amd": ExporterGroup("amd", "hostname", True, True, "amd"),
 }
+AMD_PARTITION = "mi300x"
 
 
 @dataclass(frozen=True)
@@ -140,8 +146,13 @@ def _layout(count: int) -> list[tuple[str, str]]:
             + [("a100", "no-job-map")] * (a100 - default_counters))
 
 
-def build_cluster(name: str, node_count: int, seed: int) -> Cluster:
-    """Build the cluster; GPU UUIDs come from the seed, everything else is fixed."""
+def build_cluster(name: str, node_count: int, seed: int, amd_nodes: int = 0) -> Cluster:
+    """Build the cluster; GPU UUIDs come from the seed, everything else is fixed.
+
+    ``amd_nodes`` MI300X nodes (``mi01``...) follow, in a partition of their own; their
+    UUIDs come from a stream of their own, so the NVIDIA nodes are the same with or
+    without them.
+    """
     rng = random.Random(f"{seed}:cluster")
     layout = _layout(node_count)
     width = max(2, len(str(node_count)))
@@ -153,9 +164,16 @@ def build_cluster(name: str, node_count: int, seed: int) -> Cluster:
     if not any("a100" in n.partitions for n in nodes):  # tiny clusters: one shared pool
         nodes = [Node(n.index, n.name, n.gpu_type, n.group, ("gpu", "a100", "interactive"),
                       n.gpu_uuids) for n in nodes]
+    amd = random.Random(f"{seed}:amd")
+    base = len(nodes)
+    nodes += [Node(base + k, f"mi{k + 1:02d}", "mi300x", GROUPS["amd"], (AMD_PARTITION,),
+                   tuple(_uuid(amd).removeprefix("GPU-") for _ in range(GPUS_PER_NODE)))
+              for k in range(amd_nodes)]
+    limits = (("gpu", 2 * 1440), ("a100", 2 * 1440), ("interactive", 7 * 1440),
+              *(((AMD_PARTITION, 2 * 1440),) if amd_nodes else ()))
     partitions = tuple(
         Partition(p, tuple(n.index for n in nodes if p in n.partitions), limit, p == "gpu")
-        for p, limit in (("gpu", 2 * 1440), ("a100", 2 * 1440), ("interactive", 7 * 1440)))
+        for p, limit in limits)
     return Cluster(name, tuple(nodes), partitions, TEAMS)
 
 

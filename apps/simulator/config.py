@@ -36,6 +36,7 @@ class SimConfig:
     cluster: str = "demo"
     traced_jobs: int = 6
     incidents: bool = True
+    amd_nodes: int = 0  # MI300X nodes (AMD Device Metrics Exporter) in a partition of their own
 
     def validated(self) -> SimConfig:
         """Return self after checking every field, or raise SimulationError."""
@@ -54,6 +55,8 @@ class SimConfig:
         _check(bool(self.cluster) and self.cluster.replace("-", "").isalnum(),
                "--cluster must be letters, digits and dashes", self.cluster)
         _check(self.traced_jobs >= 0, "traced_jobs must be >= 0", self.traced_jobs)
+        _check(0 <= self.amd_nodes <= MAX_NODES - self.nodes,
+               f"--amd-nodes must be between 0 and {MAX_NODES} less --nodes", self.amd_nodes)
         return self
 
     @property
@@ -75,7 +78,8 @@ class SimConfig:
         if self.telemetry_days == 0:
             return 0
         steps = (self.now - self.telemetry_start) // self.telemetry_step
-        return self.nodes * steps * TELEMETRY_BYTES_PER_NODE_STEP
+        # an AMD node writes its XGMI links one by one: about twice a dcgm node's text
+        return (self.nodes + 2 * self.amd_nodes) * steps * TELEMETRY_BYTES_PER_NODE_STEP
 
 
 def _check(ok: bool, message: str, value: object) -> None:

@@ -54,7 +54,7 @@ def plan(cfg: SimConfig) -> Plan:
     The sshd logs cover the telemetry period, or the whole month when there is no telemetry.
     """
     cfg = cfg.validated()
-    cluster = build_cluster(cfg.cluster, cfg.nodes, cfg.seed)
+    cluster = build_cluster(cfg.cluster, cfg.nodes, cfg.seed, cfg.amd_nodes)
     jobs, outages = generate(cluster, cfg.start, cfg.now, cfg.seed)
     t0 = _telemetry_start(cfg)
     seen_from = max(t0, cfg.start)
@@ -292,6 +292,7 @@ def _describe(cluster: Cluster, cfg: SimConfig) -> dict[str, Any]:
                        for p in cluster.partitions],
         "nodes": [{"name": n.name, "gpu_type": n.gpu_type, "model": n.model.model_name,
                    "cpus": n.cpus, "gpus": list(n.gpu_uuids), "exporter_group": n.group.name,
+                   "exporter": n.group.exporter,
                    "hostname_label": n.group.hostname_label,
                    "profiling_fields": n.group.profiling, "job_mapping": n.group.job_mapping,
                    "partitions": list(n.partitions)} for n in cluster.nodes],

@@ -33,6 +33,14 @@ QOS = "high,low,normal"
 # (account, fraction of the quota used at now): one close to its GPU-hour quota, one not
 QUOTAS = (("robotics", 0.85), ("speech", 0.4))
 TRES_ORDER = sorted(TRES_IDS, key=TRES_IDS.__getitem__)
+# configured (AccountingStorageTRES) where the cluster has the GPUs: the MI300X partition's
+OPTIONAL_TRES = {("gres", "gpu:mi300x")}
+
+
+def tres_order(cluster: Cluster) -> list[tuple[str, str]]:
+    """The TRES sshare prints, in id order: the optional ones where the cluster has them."""
+    types = {("gres", f"gpu:{n.gpu_type}") for n in cluster.nodes}
+    return [k for k in TRES_ORDER if k not in OPTIONAL_TRES or k in types]
 
 
 @dataclass
@@ -150,14 +158,16 @@ def sshare(cluster: Cluster, used: dict[tuple[str, str], Usage], lim: Limits) ->
     ranked = _fair_tree_order(root)
     fairshare = {(n.account, n.user): (len(ranked) - i) / len(ranked)
                  for i, n in enumerate(ranked)}
+    order = tres_order(cluster)
     lines = [SSHARE_HEADER, "|".join(("root", "", "", "0.000000", _raw(root.usage),
-                                      "1.000000", "", "", "", _tres(root.usage, run=True),
-                                      _tres(root.usage)))]
+                                      "1.000000", "", "", "", _tres(root.usage, order, run=True),
+                                      _tres(root.usage, order)))]
     for node in root.children:
         lines.append(_share_line(node, fairshare.get((node.account, node.user)),
-                                 lim.grp_tres_mins.get(node.account) if not node.user else None))
+                                 lim.grp_tres_mins.get(node.account) if not node.user else None,
+                                 order))
         for user in node.children:
-            lines.append(_share_line(user, fairshare[(user.account, user.user)], None))
+            lines.append(_share_line(user, fairshare[(user.account, user.user)], None, order))
     return "\n".join(lines) + "\n"
 
 
@@ -194,20 +204,22 @@ def _fair_tree_order(node: _Node) -> list[_Node]:
     return out
 
 
-def _share_line(node: _Node, fairshare: float | None, grp_tres_mins: dict[str, int] | None) -> str:
+def _share_line(node: _Node, fairshare: float | None, grp_tres_mins: dict[str, int] | None,
+                order: list[tuple[str, str]]) -> str:
     level = "inf" if math.isinf(node.level_fs) else f"{node.level_fs:f}"
     return "|".join((" " * node.depth + node.account, node.user, str(node.shares),
                      f"{node.norm_shares:f}", _raw(node.usage), f"{node.effective:f}",
                      "" if fairshare is None else f"{fairshare:f}", level,
-                     _limit(grp_tres_mins), _tres(node.usage, run=True), _tres(node.usage)))
+                     _limit(grp_tres_mins), _tres(node.usage, order, run=True),
+                     _tres(node.usage, order)))
 
 
 def _raw(used: Usage) -> str:
     return str(int(used.billing_seconds))
 
 
-def _tres(used: Usage, run: bool = False) -> str:
+def _tres(used: Usage, order: list[tuple[str, str]], run: bool = False) -> str:
     """Every TRES in id order, ``name=value`` (decayed minutes, or running minutes)."""
     values = used.run_mins if run else {k: v / 60 for k, v in used.seconds.items()}
     return ",".join(f"{t}/{n}={int(values.get((t, n), 0))}" if n else
-                    f"{t}={int(values.get((t, n), 0))}" for t, n in TRES_ORDER)
+                    f"{t}={int(values.get((t, n), 0))}" for t, n in order)

@@ -21,7 +21,7 @@ RELEASE = "22.05.8"
 TRES_IDS = {("cpu", ""): 1, ("mem", ""): 2, ("energy", ""): 3, ("node", ""): 4,
             ("billing", ""): 5, ("fs", "disk"): 6, ("vmem", ""): 7, ("pages", ""): 8,
             ("gres", "gpu"): 1001, ("gres", "gpu:h100"): 1002, ("gres", "gpu:a100"): 1003,
-            ("gres", "gpu:h200"): 1004}
+            ("gres", "gpu:h200"): 1004, ("gres", "gpu:mi300x"): 1005}
 SUBMIT_REASONS = ("Dependency", "DependencyNeverSatisfied", "JobHeldUser", "JobArrayTaskLimit")
 SIGNAL_NAMES = {9: "Killed", 15: "Terminated", 125: "Unknown signal 125"}
 

@@ -1,4 +1,5 @@
-"""dcgm-exporter and node_exporter telemetry as OpenMetrics text, one file per 6 h window.
+"""dcgm-exporter and node_exporter telemetry as OpenMetrics text, one file per 6 h window
+(AMD nodes' GPUs as AMD's Device Metrics Exporter writes them: ``amd.py``).
 
 Each window is computed with numpy for every node at once (arrays of GPUs x steps),
 written family by family (each family once, with HELP and TYPE; each series' samples in
@@ -18,6 +19,7 @@ from typing import IO, Any, cast
 
 import numpy as np
 
+from apps.simulator.amd import AmdWindow, write_amd
 from apps.simulator.cluster import GPUS_PER_NODE, Cluster, Node
 from apps.simulator.config import WINDOW_SECONDS
 from apps.simulator.truth import PATHOLOGY_KINDS, Truth
@@ -157,8 +159,11 @@ class TelemetryWriter:
         ts = np.arange(max(w0, self.t0), min(w0 + WINDOW_SECONDS, self.now), self.step)
         nodes = [self._node_window(node, ts, w0) for node in self.cluster.nodes]
         path = directory / f"{_stamp(w0)}.om"
+        amd = [AmdWindow(nw.node, nw.values, nw.up, _owners(nw)) for nw in nodes
+               if nw.node.group.exporter == "amd"]
         with path.open("w") as out:
-            self._write_dcgm(out, nodes, ts)
+            self._write_dcgm(out, [nw for nw in nodes if nw.node.group.exporter == "dcgm"], ts)
+            write_amd(out, amd, [str(t) for t in ts.tolist()], float(self.step), self.counters)
             self._write_node_exporter(out, nodes, ts)
             out.write("# EOF\n")
         return path
@@ -572,6 +577,15 @@ def _series(nw: NodeWindow) -> list[tuple[int, str, list[tuple[int, int]]]]:
     for seg in nw.segments:
         grouped.setdefault((seg.gpu, _dcgm_labels(nw.node, seg)), []).append((seg.lo, seg.hi))
     return [(gpu, labels, ranges) for (gpu, labels), ranges in grouped.items()]
+
+
+def _owners(nw: NodeWindow) -> list[tuple[int, Job | None, list[tuple[int, int]]]]:
+    """Each GPU's step ranges per owner (the AMD writer's series, as ``_series`` groups)."""
+    grouped: dict[tuple[int, int], tuple[int, Job | None, list[tuple[int, int]]]] = {}
+    for seg in nw.segments:
+        key = (seg.gpu, seg.job.job_id if seg.job is not None else 0)
+        grouped.setdefault(key, (seg.gpu, seg.job, []))[2].append((seg.lo, seg.hi))
+    return list(grouped.values())
 
 
 def _dcgm_labels(node: Node, seg: Segment) -> str:

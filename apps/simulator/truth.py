@@ -217,18 +217,17 @@ class _Planter:
             return all(self.cluster.nodes[n].group.profiling
                        and self.cluster.nodes[n].group.job_mapping for n in job.nodes_used)
 
-        for i, job in enumerate(self._pick(seen, 3, lambda j: j.gpus >= 4 and j.kind in (
-                "train", "train1", "finetune") and profiled(j))):
-            node, gpus = job.alloc[-1]
-            gpu = self.rng.choice(gpus)
-            cause = "xid" if i == 2 else "thermal"
-            self._effect(job, straggler=(node, gpu, cause))
-            self._finding("straggler_gpu", job, node, gpu, cause=cause,
-                          signal="SM clock low, temperature high, throttle reasons thermal"
-                          if cause == "thermal" else "XID 63 on one GPU, lower SM activity")
-            self._finding("allreduce_wait", job, node=None,
-                          waiting_gpus=job.gpus - 1, straggler_node=self.cluster.nodes[node].name,
-                          straggler_gpu=gpu)
+        def trains(job: Job) -> bool:
+            return job.gpus >= 4 and job.kind in ("train", "train1", "finetune") and \
+                profiled(job)
+
+        for i, job in enumerate(self._pick(seen, 3, trains)):
+            # AMD's exporter writes no XIDs: a straggler there is a thermal one
+            self._straggler(job, "xid" if i == 2 and not self._on_amd(job) else "thermal")
+        if any(n.group.exporter == "amd" for n in self.cluster.nodes):
+            # an MI300X partition shows one too (the demo's AMD straggler)
+            for job in self._pick(seen, 1, lambda j: trains(j) and self._on_amd(j)):
+                self._straggler(job, "thermal")
         stalls = self._pick_share(seen, TEAM_PATHOLOGY_SHARE, lambda j: j.account ==
                                   INPUT_STALLS and j.kind in ("train", "train1", "finetune")
                                   and profiled(j))
@@ -254,6 +253,21 @@ class _Planter:
             self._effect(job, profile="no_tensor")
             self._finding("no_tensor_cores", job, tensor_active=0.0)
         self._slow_ib()
+
+    def _on_amd(self, job: Job) -> bool:
+        return all(self.cluster.nodes[n].group.exporter == "amd" for n in job.nodes_used)
+
+    def _straggler(self, job: Job, cause: str) -> None:
+        """One GPU of ``job`` slows every step: too hot (clocks down) or failing (XID)."""
+        node, gpus = job.alloc[-1]
+        gpu = self.rng.choice(gpus)
+        self._effect(job, straggler=(node, gpu, cause))
+        self._finding("straggler_gpu", job, node, gpu, cause=cause,
+                      signal="SM clock low, temperature high, throttle reasons thermal"
+                      if cause == "thermal" else "XID 63 on one GPU, lower SM activity")
+        self._finding("allreduce_wait", job, node=None,
+                      waiting_gpus=job.gpus - 1, straggler_node=self.cluster.nodes[node].name,
+                      straggler_gpu=gpu)
 
     def _slow_ib(self) -> None:
         gpu_nodes = self.cluster.partition("gpu").node_indices

@@ -29,7 +29,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from apps.simulator.cluster import GPUS_PER_NODE, Cluster, Team
+from apps.simulator.cluster import AMD_PARTITION, GPUS_PER_NODE, Cluster, Team
 
 DAY = 86400
 HALF_LIFE = 7 * DAY  # PriorityDecayHalfLife=7-0
@@ -193,6 +193,10 @@ LOAD = {
     "a100": {"inference": 0.30, "finetune": 0.20, "eval": 0.12, "debug": DEBUG_SHARE},
     "interactive": {"notebook": 0.20},
 }
+# The MI300X partition, where the cluster has one (SimConfig.amd_nodes): training and
+# fine-tuning, as on the H100s.
+AMD_LOAD = {AMD_PARTITION: {"train": 0.35, "train1": 0.30, "finetune": 0.20, "eval": 0.10,
+                            "debug": DEBUG_SHARE}}
 NAMES = {
     "train": ("llm-pretrain", "ddp-train", "moe-pretrain", "vit-pretrain"),
     "train1": ("ddp-train", "asr-train", "diffusion-train"),
@@ -216,7 +220,9 @@ def gpu_limit(cluster: Cluster) -> int:
 def submissions(cluster: Cluster, start: int, now: int, rng: random.Random) -> list[Job]:
     """Every job submitted in [start, now), in submission (and job id) order."""
     drafts: list[tuple[int, str, str]] = []
-    for partition, kinds in LOAD.items():
+    names = {p.name for p in cluster.partitions}
+    load = {**LOAD, **{p: kinds for p, kinds in AMD_LOAD.items() if p in names}}
+    for partition, kinds in load.items():
         nodes = cluster.partition(partition).node_indices
         capacity_gpu_h = len(nodes) * GPUS_PER_NODE * (now - start) / 3600
         for kind, share in kinds.items():
@@ -272,7 +278,7 @@ def _sizes(cluster: Cluster, kind: str, partition: str) -> tuple[int, ...]:
     if kind == "train":  # leave room for two big jobs side by side
         fits = tuple(g for g in choices if g <= max(16, room // 2) and g <= room)
         return fits or (min(room, 8),)
-    if partition != "gpu":  # whole-node jobs go where the big GPUs are
+    if partition not in ("gpu", AMD_PARTITION):  # whole-node jobs go where the big GPUs are
         choices = tuple(g for g in choices if g < GPUS_PER_NODE) or choices
     return tuple(g for g in choices if g <= room) or (1,)
 

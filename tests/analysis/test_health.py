@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from apps.analysis import compact
-from apps.analysis.health import GpuHealth, NodeHealth, gpu_health, node_health
+from apps.analysis.health import GpuHealth, NodeHealth, gpu_health, node_health, nvlink_laggards
 from apps.analysis.timeseries import Series, Window, combine, counter_increase, counter_rate, regrid
 
 W = Window(0, 120)
@@ -20,7 +20,9 @@ def s(*values: float, step: float = 30) -> Series:
     ({"temperature": s(60, 70, 80, 90)}, "temp_max", 90.0),
     ({"throttle_reasons": s(0x1, 0x20, 0x40, 0x60)}, "thermal_share", 0.75),
     ({"throttle_reasons": s(0x1, 0x20, 0x40, 0x60)}, "power_share", 0.0),
-    ({"throttle_reasons": s(0x4, 0x80, 0, 0)}, "power_share", 0.5),
+    # the software power cap alone; the power brake is the device's (issue 28)
+    ({"throttle_reasons": s(0x4, 0x80, 0, 0)}, "power_share", 0.25),
+    ({"throttle_reasons": s(0x4, 0x80, 0x88, 0)}, "hw_slowdown_share", 0.5),
     ({"throttle_reasons": s(0x8, 0, 0, 0)}, "hw_slowdown_share", 0.25),
     ({"xid": s(0, 63, 63, 79)}, "xids", (63, 79)),
     ({"xid": s(0, 0, 0, 0)}, "xids", ()),
@@ -28,6 +30,13 @@ def s(*values: float, step: float = 30) -> Series:
     ({"sm_clock": s(1980, 1980, 345, 345), "gpu_util": s(1, 1, 0, 0)}, "sm_clock_busy", 1980.0),
     ({"sm_clock": s(1200, 1300)}, "sm_clock_busy", 1250.0),
     ({"nvlink_tx": s(1e9, 3e9), "nvlink_rx": s(1e9, 1e9)}, "nvlink_bps", 3e9),
+    # AMD: residencies (share of the time each limit held the clocks back), no bitmask
+    ({"thermal_throttle": s(0.5, 1.0, 1.0, 0.5)}, "thermal_share", 0.75),
+    ({"power_throttle": s(0.2, 0.0, 0.0, 0.2)}, "power_share", 0.1),
+    ({"hw_slowdown": s(0.0, 0.0, 1.0, 0.0)}, "hw_slowdown_share", 0.25),
+    ({"thermal_throttle": s(1.2, 1.2)}, "thermal_share", 1.0),  # a share, at most all
+    # the bitmask, where written, is the reading (a site exporting both is read once)
+    ({"throttle_reasons": s(0, 0), "thermal_throttle": s(1, 1)}, "thermal_share", 0.0),
     ({}, "temp_mean", None),
     ({}, "thermal_share", None),
     ({"temperature": Series("m", {}, ((500.0, 99.0),))}, "temp_max", None),  # outside
@@ -91,3 +100,25 @@ def test_health_channels_round_trip(channel, values, back):
 def test_byte_rates_round_trip_within_a_tenth_of_a_percent(rate):
     [back] = compact.decode(compact.encode({"ib_tx": [rate]}))["ib_tx"]
     assert back == pytest.approx(rate, rel=1e-3, abs=1e-3)
+
+
+def test_residencies_become_the_events_maps_bitmask_where_a_reason_held_most_of_a_bucket():
+    from apps.analysis.health import residency_mask
+
+    assert residency_mask({"thermal_throttle": [0.0, 0.6, 1.0, None],
+                           "power_throttle": [0.7, 0.1, 0.5, None]}) == \
+        [0x04, 0x40, 0x44, None]
+    assert residency_mask({}) == []
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [
+    ([("a", 0.9, 3e10), ("b", 0.9, 3e10), ("c", 0.9, 1e9)], ("c",)),
+    ([("a", 0.9, 3e10), ("b", 0.9, 3e10), ("c", 0.9, 2e10)], ()),
+    # held and never used: no NVLink traffic, and no part of the comparison (issue 28)
+    ([("a", 0.9, 3e10), ("b", 0.9, 3e10), ("c", 0.0, 0.0), ("d", 0.01, 0.0)], ()),
+    ([("a", 0.9, 3e10), ("b", 0.0, 0.0)], None),  # one GPU ran: nothing to compare
+    ([("a", 0.9, 3e10), ("b", 0.9, None)], None),  # NVLink not measured on one
+    ([("a", 0.9, 1e9), ("b", 0.9, 3e10), ("c", 0.9, 3e10), ("d", 0.0, 0.0)], ("a",)),
+])
+def test_nvlink_laggards_are_found_among_the_gpus_that_ran(gpus, expected):
+    assert nvlink_laggards(gpus) == expected

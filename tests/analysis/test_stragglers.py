@@ -8,6 +8,7 @@ import pytest
 
 from apps.analysis.stragglers import (
     FOUND,
+    HARDWARE_KINDS,
     HIGH,
     LOW,
     MEDIUM,
@@ -90,8 +91,13 @@ def test_the_waiting_gpus_are_the_peers_that_waited():
 @pytest.mark.parametrize(("straggler", "cause", "kinds"), [
     (THERMAL, "thermal", {"waiting", "thermal", "clock", "temperature"}),
     (XID, "xid", {"waiting", "xid"}),
-    (gpu(5, 0.98, 0.86, power_share=0.8), "power", {"waiting", "power"}),
+    (gpu(5, 0.98, 0.86, hw_slowdown_share=0.6), "hw_slowdown", {"waiting", "hw_slowdown"}),
     (gpu(5, 0.98, 0.86, ecc_dbe=2), "ecc", {"waiting", "ecc"}),
+    # the busiest GPU at its software power limit: the slowest stage, not a fault (issue 28)
+    (gpu(5, 0.98, 0.86, power_share=0.8), "power_limit", {"waiting", "power_cap"}),
+    (gpu(5, 0.98, 0.86, power_share=0.8, sm_clock=1500.0), "power_limit",
+     {"waiting", "power_cap"}),
+    (gpu(5, 0.98, 0.86, temperature=84.0), "unknown", {"waiting", "temperature"}),
     (gpu(5, 0.98, 0.86), "unknown", {"waiting"}),
 ])
 def test_it_names_the_cause_from_the_hardware_evidence(straggler, cause, kinds):
@@ -148,3 +154,46 @@ def test_two_gpu_jobs_are_never_a_coin_flip(seed):
 ])
 def test_slowdown_is_own_work_against_the_peers(waiting, peer, expected):
     assert slowdown(waiting, peer) == pytest.approx(expected)
+
+
+def pipeline(stage: GpuSignals, peers: tuple[float, float] = WAITING) -> list[GpuSignals]:
+    """A 4-stage pipeline on 4 GPUs: stage 2 holds too many layers, the others wait."""
+    return job(4, peers, {2: stage})
+
+
+# The heaviest stage: computing 86 % against its peers' 41 %, and so at its power limit and
+# its clocks lowered by it, hotter than the waiting peers. Hardware only when the device says.
+HEAVY = {"power_share": 0.9, "sm_clock": 1410.0, "temperature": 81.0}
+
+
+@pytest.mark.parametrize(("stage", "hardware", "cause"), [
+    (gpu(2, 0.99, 0.86, **HEAVY), False, "power_limit"),
+    (gpu(2, 0.99, 0.86, **HEAVY, thermal_share=0.5), True, "thermal"),
+    (gpu(2, 0.99, 0.86, **HEAVY, hw_slowdown_share=0.4), True, "hw_slowdown"),
+    (gpu(2, 0.99, 0.86, **HEAVY, xids=(79,)), True, "xid"),
+    (gpu(2, 0.99, 0.86, **HEAVY, ecc_dbe=1), True, "ecc"),
+    # clocks low with no power limit reached: the device holds itself back
+    (gpu(2, 0.99, 0.86, sm_clock=1410.0), True, "clock"),
+])
+def test_a_gpu_at_its_power_limit_because_it_works_hardest_is_the_slowest_stage(
+        stage, hardware, cause):
+    verdict = detect(pipeline(stage), "sm_active")
+    [found] = verdict.stragglers
+    assert found.cause == cause
+    kinds = {e.kind for e in found.evidence}
+    assert bool(kinds & HARDWARE_KINDS) is hardware
+    if cause == "power_limit":
+        assert "slowest stage" in verdict.summary and "not a fault" in verdict.summary
+        [cap] = [e for e in found.evidence if e.kind == "power_cap"]
+        assert "while computing 86% of the time against 41% on its peers" in cap.text
+
+
+def test_clocks_are_compared_with_peers_working_as_hard():
+    """Every GPU computes alike and at its power limit; one runs slower clocks at that load:
+    the same load, so the clock is the device's."""
+    gpus = [gpu(i, 0.99, 0.86, power_share=0.9, sm_clock=1700.0) for i in range(8)]
+    gpus[4] = gpu(4, 0.99, 0.86, power_share=0.9, sm_clock=1300.0)
+    verdict = detect(gpus, "sm_active")
+    assert verdict.status == NONE  # nobody waits: no straggler, but the evidence is kept
+    assert [(e.kind, e.gpu) for e in verdict.evidence if e.kind == "clock"] == [("clock",
+                                                                                  "gpu01:4")]

@@ -25,12 +25,14 @@ Profile = Callable[[GpuKey, float], dict[str, float]]
 
 @dataclass
 class TimedSource:
-    """Serves ``profile(gpu, t)`` at every 60 s scrape of the window, for ``gpus``."""
+    """Serves ``profile(gpu, t)`` at every 60 s scrape of the window, for ``gpus``, and
+    fixed node values (``nodes``: host -> measure -> value)."""
 
     gpus: Sequence[GpuKey]
     profile: Profile
     name: str = "prometheus"
     calls: list[Window] = field(default_factory=list)
+    nodes: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def fetch(self, job_id: str, window: Window,
               intervals: Sequence[GpuInterval]) -> JobTelemetry:
@@ -38,7 +40,9 @@ class TimedSource:
         times = [window.start + 60 * (i + 1) for i in range(int(window.seconds // 60))]
         result = JobTelemetry(plan(window, 60), "label")
         result.gpus = {key: {m: Series(m, {}, tuple((t, self.profile(key, t)[m]) for t in times))
-                             for m in BUSY} for key in self.gpus}
+                             for m in self.profile(key, window.start)} for key in self.gpus}
+        result.nodes = {host: {m: Series(m, {}, tuple((t, v) for t in times))
+                               for m, v in values.items()} for host, values in self.nodes.items()}
         return result
 
 

@@ -10,6 +10,7 @@ import pytest
 from django.core import mail
 
 from apps.accounts.models import Contact
+from apps.analysis.timeseries import GpuKey
 from apps.guardrails import services
 from apps.guardrails.models import Alert, AlertPreference, Message, TeamAlertSetting
 from apps.jobs.models import JobMetrics
@@ -197,3 +198,42 @@ def test_interactive_partitions_wait_longer(running, partition, alerted):
     source = TimedSource(gpus(4), lambda key, t: after(30, IDLE)(key, t))
     check(running, source, 3)  # idle 2.5 h: over 60 min, under the interactive 240
     assert Alert.objects.filter(kind="gpus_idle").exists() == alerted
+
+
+# GPUs busy waiting (low SM activity), 6.8 GB/s each into them over PCIe, on two nodes
+WIRE = {**BUSY, "gpu_util": 0.87, "sm_active": 0.19, "tensor_active": 0.09, "pcie_rx": 6.8e9}
+
+
+@pytest.mark.parametrize(("ib_rx", "stalled"), [
+    (2 * 6.8e9, False),  # the InfiniBand ports received it all: GPUDirect collectives
+    (2e9, True),  # most of it came from host memory: the owner hears of an input stall
+])
+def test_an_input_stall_alert_needs_copies_the_network_does_not_explain(world, ib_rx, stalled):
+    world.users["bob"].email = "bob@example.org"
+    world.users["bob"].save()
+    job = make_job(world.cluster, 556, world.users["bob"], world.team_a, state="RUNNING",
+                   end_time=None, start_time=START, submit_time=START, nodes="gpu[01-02]",
+                   node_count=2, gpus=4, gpu_equivalent=4.0)
+    keys = [GpuKey(host, i) for host in ("gpu01", "gpu02") for i in range(2)]
+    node = {"ib_rx": ib_rx, "cpu_busy": 0.2}
+    source = TimedSource(keys, lambda key, t: WIRE, nodes={"gpu01": node, "gpu02": node})
+    check(job, source, 2)
+    assert Alert.objects.filter(job=job, kind="input_stall").exists() is stalled
+
+
+@pytest.mark.parametrize(("throttle", "hardware"), [
+    (0x4, False),  # the software power limit: the busiest GPU reaches it, the owner's alone
+    (0x88, True),  # a hardware slowdown with the power brake: the device's
+])
+def test_only_a_throttle_reason_of_the_device_copies_the_hardware_contact(running, world,
+                                                                         throttle, hardware):
+    Contact.objects.create(area="hardware", name="HW on-call", email="hw@example.org",
+                           cluster=world.cluster)
+    slow = {**BUSY, "sm_active": 0.85, "throttle_reasons": float(throttle)}
+    waiting = {**BUSY, "sm_active": 0.4, "tensor_active": 0.2, "throttle_reasons": 0.0}
+    check(running, TimedSource(gpus(4), lambda key, t: slow if key.gpu == 3 else waiting), 2)
+    alert = Alert.objects.get(job=running, kind="straggler")
+    assert alert.hardware is hardware
+    assert ("hw@example.org" in [m.to[0] for m in mail.outbox]) is hardware
+    if not hardware:
+        assert "the slowest stage" in mail.outbox[0].body

@@ -9,6 +9,10 @@
   (names, ``# HELP``/``# TYPE``, label order ``gpu, UUID, pci_bus_id, device, modelName,
   [GPU_I_PROFILE, GPU_I_ID], Hostname, DCGM_FI_DRIVER_VERSION, [hpc_job]``), with the
   ``hpc_job`` label appearing and disappearing as the test starts and ends jobs.
+- :class:`AmdEndpoint`: AMD's Device Metrics Exporter's ``/metrics`` (lower-case gauges,
+  ``gpu_id``/``hostname``/``serial_number``/``card_model`` labels, its Slurm integration's
+  ``job_id``/``job_user``/``job_partition``, ``gpu_clock`` per clock, XGMI kilobytes per
+  link growing with time, an optional site prefix), for the AMD Instinct tests (issue 28).
 - :func:`scraping_prometheus`: a private Prometheus (``deploy/dev/prometheus.sh`` with a
   generated ``PROM_CONFIG``) on a free loopback port that scrapes them every second, with
   the site's rules loaded; ``instance`` is relabelled to ``<host>:<port>`` as sites do.
@@ -21,7 +25,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -207,6 +211,13 @@ DCGM_FIELDS = (
     ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus - "
                                             "including both protocol headers and data payloads"
                                             " - in bytes per second."),
+    # Beacon's collectors file (deploy/prometheus/dcgm-collectors.csv) adds these
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "gauge", "Current clock event (throttle) reasons "
+                                                  "bitmask."),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "The rate of data transmitted over NVLink "
+                                              "(bytes/s)."),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "The rate of data received over NVLink "
+                                              "(bytes/s)."),
 )
 DRIVER = "550.54.15"
 MODEL = "NVIDIA H100 80GB HBM3"
@@ -225,18 +236,34 @@ class Gpu:
     jobs: list[str] = field(default_factory=list)  # hpc_job labels: one copy per job
     mig: tuple[str, str] | None = None
     energy: float = 0.0
+    # Set to override what follows from ``util``: SM activity (a GPU busy waiting in NCCL is
+    # busy by utilisation with its SMs idle), PCIe receive, SM clock, temperature; NVLink
+    # bytes/s each way; the clock-event (throttle) reasons bitmask.
+    sm_active: float | None = None
+    pcie_rx: float | None = None
+    sm_clock: float | None = None
+    temp: float | None = None
+    nvlink: float = 0.0
+    throttle: int = 0
 
     def values(self) -> dict[str, float]:
         busy = self.util / 100
-        return {"DCGM_FI_DEV_SM_CLOCK": 1980.0 if busy else 345.0,
-                "DCGM_FI_DEV_GPU_TEMP": 35.0 + 40 * busy, "DCGM_FI_DEV_POWER_USAGE": self.power,
+        return {"DCGM_FI_DEV_SM_CLOCK": self.sm_clock or (1980.0 if busy else 345.0),
+                "DCGM_FI_DEV_GPU_TEMP": self.temp or 35.0 + 40 * busy,
+                "DCGM_FI_DEV_POWER_USAGE": self.power,
                 "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": self.energy,
                 "DCGM_FI_DEV_GPU_UTIL": self.util, "DCGM_FI_DEV_XID_ERRORS": 0.0,
                 "DCGM_FI_DEV_FB_FREE": 81559.0 - self.fb_used, "DCGM_FI_DEV_FB_USED": self.fb_used,
-                "DCGM_FI_PROF_GR_ENGINE_ACTIVE": busy, "DCGM_FI_PROF_SM_ACTIVE": busy * 0.9,
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE": busy,
+                "DCGM_FI_PROF_SM_ACTIVE": busy * 0.9 if self.sm_active is None
+                else self.sm_active,
                 "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": self.tensor,
                 "DCGM_FI_PROF_DRAM_ACTIVE": busy * 0.4,
-                "DCGM_FI_PROF_PCIE_TX_BYTES": 1e8 * busy, "DCGM_FI_PROF_PCIE_RX_BYTES": 2e8 * busy}
+                "DCGM_FI_PROF_PCIE_TX_BYTES": 1e8 * busy,
+                "DCGM_FI_PROF_PCIE_RX_BYTES": 2e8 * busy if self.pcie_rx is None else self.pcie_rx,
+                "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": float(self.throttle),
+                "DCGM_FI_PROF_NVLINK_TX_BYTES": self.nvlink,
+                "DCGM_FI_PROF_NVLINK_RX_BYTES": self.nvlink}
 
 
 class DcgmEndpoint:
@@ -376,3 +403,146 @@ def backfill(env: dict[str, str], files: Sequence[Path]) -> None:
     done = subprocess.run([str(PROM_SCRIPT), "backfill", *map(str, files)], env=env,
                           capture_output=True, text=True, timeout=1800, check=False)
     assert done.returncode == 0, done.stderr or done.stdout
+
+
+# --- AMD Device Metrics Exporter ---------------------------------------------------------
+
+# (name, help) as the exporter registers them (pkg/amdgpu/gpuagent/gpuagent_metrics.go,
+# docs/configuration/metricslist.md): every field a gauge, percentages 0-100, VRAM in MB
+AMD_FIELDS = (
+    ("gpu_gfx_activity", "Graphics engine usage in Percentage (0-100)"),
+    ("gpu_umc_activity", "Memory engine usage in Percentage (0-100)"),
+    ("gpu_used_vram", "Used VRAM memory of the GPU (in MB)"),
+    ("gpu_total_vram", "Total VRAM memory of the GPU (in MB)"),
+    ("gpu_package_power", "Current socker power in Watts"),
+    ("gpu_power_usage", "GPU Power usage in Watts"),
+    ("gpu_junction_temperature", "Current junction/hotspot temperature in Celsius"),
+    ("gpu_edge_temperature", "Current edge temperature in Celsius"),
+    ("gpu_violation_socket_thermal_residency_percentage",
+     "Socket Thermal Percentage Violation Counter"),
+    ("gpu_violation_ppt_residency_percentage",
+     "Package Power Tracking Percentage Violation Counter"),
+    ("gpu_ecc_correct_total", "Total Correctable error count"),
+    ("gpu_ecc_uncorrect_total", "Total Uncorrectable error count"),
+    ("pcie_bandwidth", "Current PCIe bandwidth in Mb/s"),
+    ("gpu_prof_sm_active", "The percentage of GPUTime vector ALU instructions are processed"),
+    ("gpu_prof_tensor_active_percent", "MFMA Utilization Unit percent"),
+    ("gpu_prof_occupancy_percent", "GPU Occupancy as Percentage of maximum"),
+)
+AMD_MODEL = "AMD Instinct MI300X"
+XGMI_LINKS = 8
+
+
+@dataclass
+class AmdGpu:
+    """One MI300X and what it reports now; ``job`` is (job id, user, partition) while the
+    exporter's Slurm integration has a job on it."""
+
+    index: int
+    gfx: float = 0.0  # %
+    valu: float = 0.0  # gpu_prof_sm_active, %
+    mfma: float = 0.0  # %
+    vram: float = 300.0  # MB
+    power: float = 140.0
+    temp: float = 45.0  # junction, °C
+    sclk: float = 132.0  # MHz, each XCD's GFX clock
+    thermal: float = 0.0  # % of the time held back by socket thermal
+    xgmi_kbps: float = 0.0  # KB/s on each of links 1-7
+    job: tuple[str, str, str] | None = None
+    xgmi_kb: float = 0.0  # each link's running total
+    last: float = 0.0
+
+    def values(self) -> dict[str, float]:
+        return {"gpu_gfx_activity": self.gfx, "gpu_umc_activity": self.gfx * 0.4,
+                "gpu_used_vram": self.vram, "gpu_total_vram": 196592.0,
+                "gpu_package_power": self.power, "gpu_power_usage": self.power,
+                "gpu_junction_temperature": self.temp,
+                "gpu_edge_temperature": self.temp - 12,
+                "gpu_violation_socket_thermal_residency_percentage": self.thermal,
+                "gpu_violation_ppt_residency_percentage": 0.0,
+                "gpu_ecc_correct_total": 0.0, "gpu_ecc_uncorrect_total": 0.0,
+                "pcie_bandwidth": 4000.0 * self.gfx / 100, "gpu_prof_sm_active": self.valu,
+                "gpu_prof_tensor_active_percent": self.mfma,
+                "gpu_prof_occupancy_percent": self.valu * 0.6}
+
+
+class AmdEndpoint:
+    """The AMD exporter's ``/metrics`` for one host, on a free loopback port, with its
+    site ``prefix`` (``MetricsFieldPrefix``); XGMI totals grow with wall time."""
+
+    def __init__(self, host: str, gpus: Sequence[AmdGpu], prefix: str = "") -> None:
+        self.host, self.prefix, self.gpus = host, prefix, list(gpus)
+        self.lock = threading.Lock()
+        self.server, self.port, self.thread = _serve(self.render)
+
+    def __enter__(self) -> AmdEndpoint:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def render(self) -> str:
+        with self.lock:
+            now = time.time()
+            for gpu in self.gpus:
+                gpu.xgmi_kb += gpu.xgmi_kbps * (now - gpu.last if gpu.last else 0.0)
+                gpu.last = now
+            out = []
+            for name, help_text in AMD_FIELDS:
+                out += self._family(name, help_text)
+                out += [f"{self.prefix}{name}{{{self._labels(g)}}} {g.values()[name]:f}"
+                        for g in self.gpus]
+            out += self._family("gpu_clock", "List of current GPU clock frequencies in MHz")
+            for gpu in self.gpus:
+                out += [f'{self.prefix}gpu_clock{{clock_index="{i}",clock_type="system",'
+                        f'{self._labels(gpu)}}} {gpu.sclk:f}' for i in range(2)]
+                out.append(f'{self.prefix}gpu_clock{{clock_index="8",clock_type="memory",'
+                           f'{self._labels(gpu)}}} 1300.000000')
+            for name, what in (("gpu_xgmi_link_rx", "Read"), ("gpu_xgmi_link_tx", "Write")):
+                out += self._family(name, f"XGMI Link Data {what} in KB")
+                for gpu in self.gpus:
+                    out += [f'{self.prefix}{name}{{link_index="{link}",{self._labels(gpu)}}} '
+                            f'{gpu.xgmi_kb if link else 0.0:f}' for link in range(XGMI_LINKS)]
+            return "\n".join(out) + "\n"
+
+    def _family(self, name: str, help_text: str) -> list[str]:
+        return [f"# HELP {self.prefix}{name} {help_text}", f"# TYPE {self.prefix}{name} gauge"]
+
+    def _labels(self, gpu: AmdGpu) -> str:
+        # the mandatory labels, and the Slurm ones (always exported, empty without a job)
+        job, user, partition = gpu.job or ("", "", "")
+        parts = [("card_model", AMD_MODEL), ("gpu_compute_partition_type", "spx"),
+                 ("gpu_id", str(gpu.index)), ("gpu_partition_id", "0"),
+                 ("hostname", self.host), ("job_id", job), ("job_partition", partition),
+                 ("job_user", user), ("serial_number", f"692251{gpu.index:06d}")]
+        return ",".join(f'{k}="{v}"' for k, v in parts)
+
+    def update(self, index: int, **values: object) -> None:
+        with self.lock:
+            for key, value in values.items():
+                setattr(self.gpus[index], key, value)
+
+
+def _serve(render: Callable[[], str]) -> tuple[ThreadingHTTPServer, int, threading.Thread]:
+    """A ``/metrics`` server on a free loopback port (not started) answering ``render()``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            body = render().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    return server, int(server.server_address[1]), threading.Thread(
+        target=server.serve_forever, daemon=True)

@@ -26,6 +26,9 @@ STALL = {**HEALTHY, "gpu_util": 0.87, "sm_active": 0.19, "tensor_active": 0.09,
          "pcie_rx": 2.5e9}
 
 
+HEAVIEST = {"sm_active": 0.86, "throttle_reasons": 0x4, "sm_clock": 1410.0, "temperature": 81.0}
+
+
 def archived(job, per_gpu=None, n=8, node=None, **values):
     gpus = {GpuKey("gpu01", i): {**HEALTHY, **values} for i in range(n)}
     for index, extra in (per_gpu or {}).items():
@@ -55,6 +58,10 @@ def test_a_healthy_job_gets_no_finding(world):
     ({}, {"tensor_active": 0.0}, ["no-tensor-cores"]),
     ({i: {"gpu_util": 0.0, "sm_active": 0.0, "tensor_active": 0.0} for i in range(4)}, {},
      ["idle-gpus"]),
+    # two GPUs held and never used move no NVLink data: idle, not a degraded link (issue 28)
+    ({i: {"gpu_util": 0.0, "sm_active": 0.0, "tensor_active": 0.0, "nvlink_tx": 0.0}
+      for i in (6, 7)}, {}, ["idle-gpus"]),
+    ({6: {"nvlink_tx": 1e8}}, {}, ["nvlink-degraded"]),  # a GPU that ran: the link's
     ({3: {"xid": 79.0}}, {}, ["xid"]),
     ({3: {"xid": 13.0}}, {}, []),  # an application error, not the hardware
     ({2: {"throttle_reasons": 0x40, "temperature": 90.0}}, {}, ["thermal-throttling"]),
@@ -64,9 +71,32 @@ def test_a_healthy_job_gets_no_finding(world):
     ({i: {"sm_active": 0.41} for i in range(8) if i != 5} | {5: {"sm_active": 0.86}},
      {"gpu_util": 0.98}, ["straggler-no-hardware"]),
     ({}, {"gpu_util": 0.01, "sm_active": 0.005, "tensor_active": 0.0}, []),  # 1 h: too short
+    # the busiest GPU at its software power limit (clocks lowered by it, hotter than the
+    # waiting peers): the slowest stage, the owner's; a power brake is the hardware's
+    ({i: {"sm_active": 0.41} for i in range(8) if i != 5} | {5: HEAVIEST}, {"gpu_util": 0.98},
+     ["straggler-no-hardware"]),
+    ({i: {"sm_active": 0.41} for i in range(8) if i != 5}
+     | {5: {**HEAVIEST, "throttle_reasons": 0x8C}}, {"gpu_util": 0.98}, ["slow-gpu-hardware"]),
 ])
 def test_each_pathology_fires_its_rule(world, per_gpu, values, expected):
     assert keys(archived(world.jobs["bob"], per_gpu, **values)) == expected
+
+
+def test_the_nvlink_finding_names_the_running_gpus_it_compared(world):
+    idle = {"gpu_util": 0.0, "sm_active": 0.0, "tensor_active": 0.0, "nvlink_tx": 0.0}
+    found = {f.key: f for f in archived(world.jobs["bob"], {0: idle, 6: {"nvlink_tx": 1e8}})}
+    assert set(found) == {"nvlink-degraded"}  # gpu01:0 (1 of 8 idle) is under the idle rule's 25 %
+    assert found["nvlink-degraded"].text.startswith("1 GPU(s) that ran (gpu01:6) moved far less")
+
+
+def test_a_pipeline_stage_at_its_power_limit_is_named_the_slowest_stage(world):
+    Contact.objects.create(area="hardware", name="HW on-call")
+    per_gpu = {i: {"sm_active": 0.41} for i in range(8) if i != 5} | {5: HEAVIEST}
+    [found] = archived(world.jobs["bob"], per_gpu, gpu_util=0.98)
+    assert found.route == "researcher" and found.contact is None
+    assert found.title.startswith("The slowest stage")
+    assert found.text.startswith("GPU gpu01:5 is the slowest stage: 7 GPUs waited for it")
+    assert "it works hardest and so runs at its software power limit" in found.text
 
 
 def test_an_allocation_held_idle_for_hours_is_flagged(world):
@@ -134,6 +164,88 @@ def test_the_node_readings_cite_the_file_system_rate(world):
     assert facts["node_cpu_share"]["shown"] == "100%"
     cpu = {f.key: f for f in archived(world.jobs["bob"], node=PEGGED, **STALL)}
     assert cpu["input-stall-cpu"].area == "code" and cpu["input-stall-cpu"].route == "researcher"
+
+
+# Two whole nodes x 4 GPUs, each GPU receiving 6.8 GB/s over PCIe (the issue-28 job).
+WIRE = {**STALL, "pcie_rx": 6.8e9}
+GPUDIRECT = {"ib_rx": 4 * 6.8e9, "cpu_busy": 0.2, "fs_read": 5e7}
+
+
+def two_nodes(world, node, **values):
+    """bob's 8-GPU job on gpu01 and gpu02 (4 GPUs and 16 of 16 CPUs on each), archived."""
+    Node.objects.filter(name="gpu01").update(cpus=16)
+    Node.objects.create(cluster=world.cluster, name="gpu02", gpu_type="h100", gpu_count=4,
+                        cpus=16)
+    job = make_job(world.cluster, 902, world.users["bob"], world.team_a, nodes="gpu[01-02]",
+                   node_count=2, cpus=32)
+    gpus = {GpuKey(host, i): {**HEALTHY, **values} for host in ("gpu01", "gpu02")
+            for i in range(4)}
+    nodes = {host: node for host in ("gpu01", "gpu02")} if node is not None else {}
+    archive.archive_job(job, FakeSource(gpus, nodes=nodes), force=True)
+    return list(job.findings.order_by("key"))
+
+
+@pytest.mark.parametrize(("node", "values", "expected"), [
+    # PCIe receive the InfiniBand ports account for: GPUDirect collectives, not input
+    (GPUDIRECT, WIRE, ["communication-bound-gpudirect"]),
+    # the ports received a third of it: the rest are host copies, an input stall (CPUs
+    # idle, the file system read: its storage reading)
+    ({**GPUDIRECT, "ib_rx": 9e9}, WIRE, ["input-stall", "input-stall-storage"]),
+    ({**GPUDIRECT, "ib_rx": 9e9, "cpu_busy": 0.6}, WIRE, ["input-stall"]),
+    # what the ports received was the file system's (the dataset over InfiniBand)
+    ({**GPUDIRECT, "fs_read": 4 * 6.8e9}, WIRE, ["input-stall", "input-stall-storage"]),
+    # CPUs pegged on whole nodes: the host's data path points at input, whatever PCIe says
+    ({**GPUDIRECT, "cpu_busy": 0.97}, WIRE, ["input-stall-cpu"]),
+    # no InfiniBand/RoCE counters on the nodes: GPUDirect cannot be told apart, no verdict
+    ({"cpu_busy": 0.2, "fs_read": 5e7}, WIRE, []),
+    (None, WIRE, []),  # no node_exporter at all
+    # little received over PCIe: the collectives' own rule, over NVLink
+    (GPUDIRECT, STALL | {"pcie_rx": 6e8}, ["allreduce-dominated"]),
+])
+def test_a_multi_node_job_is_an_input_stall_only_with_host_side_evidence(world, node, values,
+                                                                         expected):
+    assert keys(two_nodes(world, node, **values)) == expected
+
+
+def test_the_communication_verdict_says_what_was_seen_and_what_else_it_could_be(world):
+    Contact.objects.create(area="network", name="Fabric team")
+    [found] = two_nodes(world, GPUDIRECT, **WIRE)
+    assert found.area == "network" and found.contact.name == "Fabric team"
+    assert "received 6.8 GB/s per GPU over PCIe" in found.text
+    assert "ports received 27.2 GB/s per node, which explains 100% of it" in found.text
+    assert "It could also be input read over the network" in found.text
+    facts = {e["fact"]: e["shown"] for e in found.evidence}
+    assert facts["host_rx_gbs"] == "12 MB/s"  # the file system's 50 MB/s per node
+    assert facts["ib_rx_gbs"] == "27.2 GB/s"
+
+
+def test_the_single_node_stall_reads_its_host_copies(world):
+    [found] = archived(world.jobs["bob"], **STALL)
+    assert found.key == "input-stall"
+    assert "host-to-GPU copies ran at 2.5 GB/s per GPU (PCIe receive 2.5 GB/s" in found.text
+    assert "It could also be other copies from host memory" in found.text
+
+
+def test_the_migration_revises_shipped_rules_only_where_admins_left_them(world):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("apps.jobs.migrations.0020_gpudirect_receive")
+    stall = DiagnosisRule.objects.get(key="input-stall")
+    storage = DiagnosisRule.objects.get(key="input-stall-storage")
+    for rule in (stall, storage):  # as 0005 seeded them before issue 28
+        rule.conditions.filter(fact="host_rx_gbs").update(fact="pcie_rx_gbs")
+    stall.text = migration.OLD_STALL_TEXT
+    stall.save()
+    storage.conditions.filter(fact="pcie_rx_gbs").update(value=2.0)  # an admin's edit
+    DiagnosisRule.objects.filter(key="communication-bound-gpudirect").delete()
+    migration.forwards(apps, None)
+    stall.refresh_from_db()
+    assert ("host_rx_gbs", 1.0) in stall.conditions.values_list("fact", "value")
+    assert "{host_rx_gbs}" in stall.text
+    assert ("pcie_rx_gbs", 2.0) in storage.conditions.values_list("fact", "value")  # kept
+    assert DiagnosisRule.objects.filter(key="communication-bound-gpudirect").exists()
 
 
 def test_findings_cite_their_evidence_and_route_to_the_area_contact(world):

@@ -1,11 +1,17 @@
 """Per-job GPU and node series from Prometheus, bound to the job in one of two ways.
 
-- **by label**: ``M{hpc_job="J"}``, where the site runs dcgm-exporter's job mapping;
-- **by host**: ``M{Hostname=~"h1|h2", gpu=~"0|1"}`` over the job's window, then kept only
-  for the (host, GPU) pairs and intervals the job held (``JobGpu`` rows). Intervals that
-  know their GPU's UUID select by it instead (``M{UUID=~"GPU-a|GPU-b"}``): Slurm's GPU index
-  and NVML's (dcgm's ``gpu`` label) can differ, the UUID cannot. Such series are filed
-  under the interval's (host, GPU), the name the job's records use.
+- **by label**: ``M{hpc_job="J"}``, where the site runs dcgm-exporter's job mapping
+  (``gpu_gfx_activity{job_id="J"}`` with the AMD exporter's Slurm integration);
+- **by host**: ``M{Hostname=~"h1|h2", gpu=~"0|1"}`` (AMD: ``hostname``, ``gpu_id``) over the
+  job's window, then kept only for the (host, GPU) pairs and intervals the job held
+  (``JobGpu`` rows). Intervals that know their GPU's UUID select by it instead
+  (``M{UUID=~"GPU-a|GPU-b"}``): Slurm's GPU index and NVML's (dcgm's ``gpu`` label) can
+  differ, the UUID cannot. Such series are filed under the interval's (host, GPU), the
+  name the job's records use.
+
+Each exporter the cluster runs (``Catalogue.dialects``) is asked in its own names and
+labels, one query per measure and exporter: a cluster mixing NVIDIA and AMD nodes reads
+each GPU as its exporter writes it, in the same portal units.
 
 On the same data both give the same per-GPU series (tested against the real Prometheus).
 
@@ -29,8 +35,9 @@ from apps.analysis.timeseries import GpuKey, Series, Window
 from apps.clusters.adapters.catalogue import (
     JOB_MEASURES,
     Catalogue,
-    MetricSpec,
+    Dialect,
     group_by_gpu,
+    windowed,
 )
 from apps.clusters.adapters.prometheus import (
     PrometheusClient,
@@ -38,7 +45,7 @@ from apps.clusters.adapters.prometheus import (
     all_failed,
     read_narrowly,
 )
-from apps.clusters.adapters.promql import Matcher, check_job_id, duration, host_of, selector
+from apps.clusters.adapters.promql import Matcher, check_job_id, duration, host_of
 
 MAX_POINTS = 300
 DEFAULT_MAX_SAMPLES = 50_000_000  # Prometheus' default --query.max-samples
@@ -84,6 +91,7 @@ class JobTelemetry:
     binding: str
     gpus: dict[GpuKey, dict[str, Series]] = field(default_factory=dict)
     uuids: dict[GpuKey, str] = field(default_factory=dict)
+    vendors: dict[GpuKey, str] = field(default_factory=dict)  # nvidia, amd (by exporter)
     nodes: dict[str, dict[str, Series]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     peak_samples: int = 0
@@ -115,12 +123,15 @@ def peak_samples(series: int, plan: Plan, scrape_interval: float) -> int:
 def fetch_by_label(client: PrometheusClient, catalogue: Catalogue, job_id: str,
                    window: Window, measures: Sequence[str] = JOB_MEASURES, *,
                    stats: bool = False) -> JobTelemetry:
-    """Series of the GPUs that carried ``hpc_job=<job_id>`` during the window.
+    """Series of the GPUs that carried ``hpc_job=<job_id>`` (each exporter's job label)
+    during the window.
 
     ``stats`` asks Prometheus for its sample counts (``peak_samples``; costs time).
     """
-    matchers = [Matcher.eq(catalogue.job_label, check_job_id(job_id)), *_cluster(catalogue)]
-    return _fetch(client, catalogue, window, measures, "label", [matchers], None, stats)
+    job_id = check_job_id(job_id)
+    return _fetch(client, catalogue, window, measures, "label",
+                  lambda d: [[Matcher.eq(d.job_label, job_id), *_cluster(catalogue)]],
+                  None, stats)
 
 
 def fetch_by_host(client: PrometheusClient, catalogue: Catalogue,
@@ -133,14 +144,18 @@ def fetch_by_host(client: PrometheusClient, catalogue: Catalogue,
         return JobTelemetry(plan(window, catalogue.scrape_interval), "host")
     by_uuid = {i.uuid: i.key for i in intervals if i.uuid}
     by_index = [i for i in intervals if not i.uuid]
-    # One selector per label spelling: a cluster may mix Hostname and hostname nodes.
-    alternatives = [[Matcher.one_of(label, by_uuid), *_cluster(catalogue)]
-                    for label in catalogue.uuid_labels] if by_uuid else []
-    if by_index:
-        hosts = {i.host for i in by_index}
-        gpus = {str(i.gpu) for i in by_index}
-        alternatives += [[Matcher.one_of(label, hosts), Matcher.one_of(catalogue.gpu_label, gpus),
-                          *_cluster(catalogue)] for label in catalogue.host_labels]
+
+    def alternatives(d: Dialect) -> list[list[Matcher]]:
+        # One selector per label spelling: a cluster may mix Hostname and hostname nodes.
+        found = [[Matcher.one_of(label, by_uuid), *_cluster(catalogue)]
+                 for label in d.uuid_labels] if by_uuid else []
+        if by_index:
+            hosts = {i.host for i in by_index}
+            gpus = {str(i.gpu) for i in by_index}
+            found += [[Matcher.one_of(label, hosts), Matcher.one_of(d.gpu_label, gpus),
+                       *_cluster(catalogue)] for label in d.host_labels]
+        return found
+
     return _fetch(client, catalogue, window, measures, "host", alternatives, intervals, stats,
                   by_uuid)
 
@@ -181,42 +196,44 @@ def _cluster(catalogue: Catalogue) -> list[Matcher]:
     return []
 
 
-def _windowed(spec: MetricSpec, alternatives: list[list[Matcher]], p: Plan) -> str:
-    """``avg_over_time`` (or ``max_``: codes, counters) per window; older metric names are
-    ``or``-ed in after the current one, so an exporter of either age is read."""
-    window = duration(p.step - 0.001) if p.step > 0.002 else duration(p.step)
-    parts = [f"{spec.reduce}_over_time({selector(name, *m)}[{window}])"
-             for name in spec.names for m in alternatives]
-    return " or ".join(parts)
-
-
 def _fetch(client: PrometheusClient, catalogue: Catalogue, window: Window,
-           measures: Sequence[str], binding: str, alternatives: list[list[Matcher]],
+           measures: Sequence[str], binding: str,
+           alternatives: Callable[[Dialect], list[list[Matcher]]],
            intervals: Sequence[GpuInterval] | None, stats: bool,
            by_uuid: Mapping[str, GpuKey] | None = None) -> JobTelemetry:
     p = plan(window, catalogue.scrape_interval)
     telemetry = JobTelemetry(p, binding)
     pairs: list[tuple[str, Series]] = []
     failures: list[QueryFailure] = []
-    for measure in measures:
+    # avg_over_time per window (w = step - 1 ms); a running total's rate over the window
+    # and one scrape before it, so the window's first sample has a predecessor
+    window_ = duration(p.step - 0.001) if p.step > 0.002 else duration(p.step)
+    rate_window = duration(p.step + catalogue.scrape_interval - 0.001)
+    asked = catalogue.pairs(measures)
+    first = catalogue.dialects[0].name
+    for measure, dialect, spec in asked:
         # One query per metric: functions drop __name__, so a regex over several
         # metrics fails with "vector cannot contain metrics with the same labelset".
         # A query that fails costs its measure only (read_narrowly); all of them: raised.
-        expr = _windowed(catalogue.metric(measure), alternatives, p)
-        result = read_narrowly(failures, measure, expr, partial(
+        expr = windowed(spec, alternatives(dialect), window_, rate_window)
+        name = measure if dialect.name == first else f"{measure} ({dialect.name})"
+        result = read_narrowly(failures, name, expr, partial(
             client.query_range, expr, p.first, p.window.end, p.step, stats=stats))
         if result is None:
             continue
         telemetry.warnings.extend(result.warnings)
         telemetry.peak_samples = max(telemetry.peak_samples, result.peak_samples or 0)
-        pairs += [(measure, s) for s in result.series]
-    if (failed := all_failed(failures, len(measures), "GPU metric")) is not None:
+        # the answer has no names (functions drop them): the exporter's name says which
+        # units and labels it is in
+        pairs += [(measure, Series(spec.name, s.labels, s.points)) for s in result.series]
+    if (failed := all_failed(failures, len(asked), "GPU metric")) is not None:
         raise failed
     telemetry.failed(failures)
     key_of = _keyer(catalogue, by_uuid or {})
     grouped = group_by_gpu(pairs, catalogue, key_of)
     telemetry.uuids = _uuids(pairs, catalogue, key_of)
     telemetry.gpus = _inside(grouped, intervals, p) if intervals is not None else grouped
+    telemetry.vendors = {key: catalogue.vendor_of(m) for key, m in telemetry.gpus.items()}
     return telemetry
 
 
@@ -227,7 +244,7 @@ def _keyer(catalogue: Catalogue, by_uuid: Mapping[str, GpuKey]
         return catalogue.gpu_key
 
     def key_of(series: Series) -> GpuKey | None:
-        uuid = series.label(*catalogue.uuid_labels)
+        uuid = catalogue.uuid_of(series)
         return by_uuid.get(uuid) or catalogue.gpu_key(series)
 
     return key_of
@@ -237,7 +254,7 @@ def _uuids(pairs: list[tuple[str, Series]], catalogue: Catalogue,
            key_of: Callable[[Series], GpuKey | None]) -> dict[GpuKey, str]:
     uuids: dict[GpuKey, str] = {}
     for _measure, series in pairs:
-        uuid = series.label(*catalogue.uuid_labels)
+        uuid = catalogue.uuid_of(series)
         if uuid and (key := key_of(series)) is not None:
             uuids.setdefault(key, uuid)
     return uuids

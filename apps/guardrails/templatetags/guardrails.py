@@ -1,10 +1,14 @@
-"""The job page's guardrails section: alerts raised, the policy's steps, right-sizing."""
+"""The job page's guardrails section (alerts raised, the policy's steps, right-sizing), and
+the Platform page's list of alerts nobody received."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django import template
+from django.db.models import Count, Max
+from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from apps.core.facts import fact_within
@@ -29,6 +33,25 @@ def guardrails_panel(context: dict[str, Any], job: Job) -> dict[str, Any]:
             "policy_exemption": policy.exemption_for(job) if job.is_active else "",
             "job_exemption": exempt, "is_staff": user.is_staff,
             "scancel": scancel_command(job), "csrf_token": context.get("csrf_token")}
+
+
+UNADDRESSED_DAYS = 30
+
+
+@register.inclusion_tag("guardrails/partials/unaddressed.html")
+def guardrails_unaddressed() -> dict[str, Any]:
+    """Slurm users whose alerts of the last 30 days reached nobody, with the latest reason
+    (admins' Platform page: the view requires the admin action)."""
+    since = timezone.now() - timedelta(days=UNADDRESSED_DAYS)
+    rows = list(Alert.objects.filter(status=Alert.Status.NO_ADDRESS, raised_at__gte=since)
+                .values("job__user_name").annotate(alerts=Count("pk"), last=Max("raised_at"))
+                .order_by("-alerts", "job__user_name"))
+    latest = {name: (detail or {}).get("no_address", "") for name, detail in Alert.objects
+              .filter(status=Alert.Status.NO_ADDRESS, raised_at__gte=since)
+              .order_by("raised_at").values_list("job__user_name", "detail")}
+    return {"unaddressed": [{"user": r["job__user_name"], "alerts": r["alerts"],
+                             "last": r["last"], "reason": latest.get(r["job__user_name"], "")}
+                            for r in rows], "days": UNADDRESSED_DAYS}
 
 
 @register.simple_tag

@@ -258,7 +258,7 @@ def job_gpu_series(lines: Iterable[str], catalogue: Catalogue, window: Window, *
         if catalogue.measure_of(name) is None:
             return False
         if job_id:
-            return labels.get(catalogue.job_label) == job_id
+            return catalogue.job_of(Series(name, labels)) == job_id
         return catalogue.gpu_key(Series(name, labels)) in held_keys
 
     pairs = []
@@ -267,7 +267,7 @@ def job_gpu_series(lines: Iterable[str], catalogue: Catalogue, window: Window, *
         points = tuple(clip(series.points, window))
         if measure and points:
             pairs.append((measure, Series(series.metric, series.labels, points)))
-    return group_by_gpu(pairs, catalogue)
+    return group_by_gpu(pairs, catalogue, raw=True)
 
 
 @dataclass(frozen=True)
@@ -326,8 +326,8 @@ def jobs_series(lines: Iterable[str], catalogue: Catalogue,
             return node_sample_wanted(name, labels)
         if catalogue.measure_of(name) is None:
             return False
-        return labels.get(catalogue.job_label) in labelled or \
-            catalogue.gpu_key(Series(name, labels)) in held
+        series = Series(name, labels)
+        return catalogue.job_of(series) in labelled or catalogue.gpu_key(series) in held
 
     pairs: dict[str, list[tuple[str, Series]]] = {r.job_id: [] for r in requests}
     found_by_label: set[str] = set()
@@ -350,7 +350,7 @@ def _assign(series: Series, catalogue: Catalogue, labelled: dict[str, JobRequest
     measure = catalogue.measure_of(series.metric)
     if measure is None:
         return
-    owner = labelled.get(series.labels.get(catalogue.job_label, ""))
+    owner = labelled.get(catalogue.job_of(series))
     targets = [(owner, owner.window.start, owner.window.end)] if owner else \
         held.get(catalogue.gpu_key(series) or GpuKey("", -1), [])
     for request, start, end in targets:
@@ -365,7 +365,7 @@ def _assign(series: Series, catalogue: Catalogue, labelled: dict[str, JobRequest
 def _job_result(request: JobRequest, pairs: list[tuple[str, Series]],
                 node_raw: dict[tuple[str, str], list[tuple[str, tuple[Point, ...]]]],
                 catalogue: Catalogue, binding: str) -> JobSeries:
-    gpus = group_by_gpu(pairs, catalogue)
+    gpus = group_by_gpu(pairs, catalogue, raw=True)
     hosts = {key.host for key in gpus}
     padded = Window(request.window.start - 2 * catalogue.scrape_interval, request.window.end)
     mine = {(host, family): [(m, tuple(clip(points, padded))) for m, points in parts]

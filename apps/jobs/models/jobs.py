@@ -321,6 +321,8 @@ class JobMetrics(models.Model):
     source = models.CharField(max_length=16, blank=True, help_text="prometheus or openmetrics")
     binding = models.CharField(max_length=8, blank=True, help_text="label (hpc_job) or host")
     measure = models.CharField(max_length=24, blank=True, help_text="activity measure used")
+    gpu_vendor = models.CharField(max_length=16, blank=True,
+                                  help_text="nvidia, amd, or amd+nvidia: the measures' words")
     window_start = models.DateTimeField(null=True, blank=True)
     window_end = models.DateTimeField(null=True, blank=True)
     step_s = models.FloatField(default=0, help_text="seconds per stored point")

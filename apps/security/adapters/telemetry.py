@@ -26,7 +26,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from apps.analysis.timeseries import Point, Series, counter_rate
-from apps.clusters.adapters.catalogue import Catalogue
+from apps.clusters.adapters.catalogue import Catalogue, MetricSpec, raw_points, windowed
 from apps.clusters.adapters.prometheus import (
     PrometheusClient,
     QueryFailure,
@@ -100,18 +100,21 @@ def from_prometheus(client: PrometheusClient, catalogue: Catalogue, start: float
     when Prometheus cannot be reached (transient) or every query failed.
     """
     raw = RawTelemetry(step)
+    reads = gpu_reads(catalogue)
     queries = {**gpu_queries(catalogue, step), **node_queries(catalogue, step)}
-    for measure, expr in queries.items():
-        result = read_narrowly(raw.failures, measure, expr,
+    for name, expr in queries.items():
+        result = read_narrowly(raw.failures, name, expr,
                                partial(client.query_range, expr, start + step, end, step))
         if result is None:
             continue
         raw.warnings.extend(result.warnings)
-        if measure in GPU_MEASURES:
-            scale = catalogue.metric(measure).scale
-            raw.gpus.extend((measure, _scaled(s, scale)) for s in result.series)
+        if name in reads:
+            # named after the exporter's series, so its labels are read in its spelling
+            measure, spec = reads[name]
+            raw.gpus.extend((measure, _scaled(Series(spec.name, s.labels, s.points),
+                                              spec.scale)) for s in result.series)
         else:
-            _node_series(raw, catalogue, measure, result.series)
+            _node_series(raw, catalogue, name, result.series)
     _sum_devices(raw)
     _busy_cores(raw)
     if (failed := all_failed(raw.failures, len(queries), "telemetry")) is not None:
@@ -119,23 +122,28 @@ def from_prometheus(client: PrometheusClient, catalogue: Catalogue, start: float
     return raw
 
 
+def gpu_reads(catalogue: Catalogue) -> dict[str, tuple[str, MetricSpec]]:
+    """Query name -> (measure, exporter series) for every GPU measure of every exporter the
+    cluster runs: the measure's name for the first exporter, ``measure (amd)`` for others
+    (one query each: their units and labels differ)."""
+    first = catalogue.dialects[0].name
+    return {measure if dialect.name == first else f"{measure} ({dialect.name})":
+            (measure, spec) for measure, dialect, spec in catalogue.pairs(GPU_MEASURES)}
+
+
 def gpu_queries(catalogue: Catalogue, step: float) -> dict[str, str]:
-    """One query per GPU measure, without a job filter (the free GPUs are the point);
-    older metric names are ``or``-ed in after the current one (same labels: the current
-    name wins)."""
+    """One query per GPU measure and exporter, without a job filter (the free GPUs are the
+    point); older metric names are ``or``-ed in after the current one (same labels: the
+    current name wins)."""
     cluster = _cluster(catalogue)
     window = duration(max(step - 0.001, 0.001))
     instant = instant_window(catalogue, step)
-    queries = {}
-    for measure in GPU_MEASURES:
-        # Memory is read at each instant, not averaged: two jobs' series at one instant then
-        # mean two jobs at once (an average would also hold a job that ended mid-step).
-        template = "last_over_time({sel}[{i}])" if measure == INSTANT_MEASURE \
-            else "avg_over_time({sel}[{w}])"
-        queries[measure] = " or ".join(template.format(sel=selector(name, *cluster), w=window,
-                                                       i=instant)
-                                       for name in catalogue.metric(measure).names)
-    return queries
+    rate_window = duration(step + catalogue.scrape_interval)
+    # Memory is read at each instant, not averaged: two jobs' series at one instant then
+    # mean two jobs at once (an average would also hold a job that ended mid-step).
+    return {name: windowed(spec, [cluster], instant, rate_window, fn="last")
+            if measure == INSTANT_MEASURE else windowed(spec, [cluster], window, rate_window)
+            for name, (measure, spec) in gpu_reads(catalogue).items()}
 
 
 def instant_window(catalogue: Catalogue, step: float) -> str:
@@ -266,8 +274,9 @@ def from_openmetrics(paths: Sequence[Path], catalogue: Catalogue, start: float,
     backfill) share their edge files, which are then parsed once. The caller bounds it.
     A malformed or truncated file raises ``AdapterError`` naming it and the line.
     """
-    gpu_names = {name: m for m in GPU_MEASURES for name in catalogue.metric(m).names}
-    gpu_points: dict[tuple[str, tuple[tuple[str, str], ...]], list[Point]] = defaultdict(list)
+    gpu_names = {name: m for m, _, spec in catalogue.pairs(GPU_MEASURES) for name in spec.names}
+    gpu_points: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[Point]] = \
+        defaultdict(list)
     counters: dict[tuple[str, str, str, str], list[Point]] = defaultdict(list)
     wanted = set(gpu_names) | set(_FAMILY_MEASURE) | {CPU_FAMILY}
     cache = {} if parsed is None else parsed
@@ -276,12 +285,31 @@ def from_openmetrics(paths: Sequence[Path], catalogue: Catalogue, start: float,
             cache[path] = _wanted_series(path, wanted)
         _clip_into(cache[path], gpu_names, catalogue, start, end, gpu_points, counters)
     raw = RawTelemetry(_spacing(gpu_points.values()) or catalogue.scrape_interval)
-    for (measure, labels), points in gpu_points.items():
-        spec = catalogue.metric(measure)
-        raw.gpus.append((measure, _scaled(Series(spec.name, dict(labels),
-                                                 tuple(sorted(points))), spec.scale)))
+    for (measure, name, labels), points in _gpu_parts(gpu_points, catalogue).items():
+        found = catalogue.spec_of(name)
+        assert found is not None  # only the catalogue's names were kept
+        spec = found[1]
+        parts = [Series(name, dict(part), tuple(sorted(p))) for part, p in points]
+        kept = tuple(p for p in raw_points(spec, parts) if p[0] > start)
+        raw.gpus.append((measure, _scaled(Series(spec.name, dict(labels), kept), spec.scale)))
     _node_rates(counters, catalogue, start, raw)
     return raw
+
+
+def _gpu_parts(gpu_points: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[Point]],
+               catalogue: Catalogue) -> dict[tuple[str, str, tuple[tuple[str, str], ...]],
+                                             list[tuple[tuple[tuple[str, str], ...],
+                                                        list[Point]]]]:
+    """Series of one GPU that are parts of one reading (its XGMI links, its clocks) under
+    one key, the part label left out (PromQL's ``sum without`` / ``avg without``)."""
+    grouped: dict[tuple[str, str, tuple[tuple[str, str], ...]],
+                  list[tuple[tuple[tuple[str, str], ...], list[Point]]]] = defaultdict(list)
+    for (measure, name, labels), points in gpu_points.items():
+        found = catalogue.spec_of(name)
+        over = found[1].over if found else ""
+        key = tuple((k, v) for k, v in labels if k != over)
+        grouped[(measure, name, key)].append((labels, points))
+    return grouped
 
 
 def _wanted_series(path: Path, wanted: set[str]) -> list[Series]:
@@ -298,7 +326,7 @@ def _wanted_series(path: Path, wanted: set[str]) -> list[Series]:
 
 def _clip_into(series_list: list[Series], gpu_names: dict[str, str], catalogue: Catalogue,
                start: float, end: float,
-               gpu_points: dict[tuple[str, tuple[tuple[str, str], ...]], list[Point]],
+               gpu_points: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[Point]],
                counters: dict[tuple[str, str, str, str], list[Point]]) -> None:
     """One file's series clipped to the window; counters keep a margin before it for
     their first rate."""
@@ -306,8 +334,10 @@ def _clip_into(series_list: list[Series], gpu_names: dict[str, str], catalogue: 
     for series in series_list:
         measure = gpu_names.get(series.metric)
         if measure is not None:
-            key = (measure, tuple(sorted(series.labels.items())))
-            gpu_points[key].extend(p for p in series.points if start < p[0] <= end)
+            key = (measure, series.metric, tuple(sorted(series.labels.items())))
+            # a running total keeps one sample before the window, for its first rate
+            since = start - margin if _is_total(catalogue, series.metric) else start
+            gpu_points[key].extend(p for p in series.points if since < p[0] <= end)
             continue
         labels = series.labels
         host = host_of(labels.get(catalogue.node_label, ""))
@@ -318,6 +348,11 @@ def _clip_into(series_list: list[Series], gpu_names: dict[str, str], catalogue: 
         else:
             node_key = (host, series.metric, labels.get("device", ""), labels.get("port", ""))
         counters[node_key].extend(p for p in series.points if start - margin < p[0] <= end)
+
+
+def _is_total(catalogue: Catalogue, name: str) -> bool:
+    found = catalogue.spec_of(name)
+    return found is not None and found[1].reduce == "rate"
 
 
 def _spacing(series: Iterable[list[Point]]) -> float | None:
@@ -400,11 +435,10 @@ def evidence_queries(catalogue: Catalogue, rule: str, host: str, gpu: int | None
         return []
     queries = []
     if gpu is not None:
-        for measure in _EVIDENCE_MEASURES.get(rule, ()):
-            name = catalogue.metric(measure).name
-            queries += [selector(name, Matcher.eq(label, host), Matcher.eq(catalogue.gpu_label,
-                                                                            str(gpu)))
-                        for label in catalogue.host_labels]
+        for _measure, dialect, spec in catalogue.pairs(_EVIDENCE_MEASURES.get(rule, ())):
+            queries += [selector(spec.name, Matcher.eq(label, host),
+                                 Matcher.eq(dialect.gpu_label, str(gpu)))
+                        for label in dialect.host_labels]
     node_measure = _EVIDENCE_NODE.get(rule)
     if node_measure is not None:
         families, how = NODE_FAMILIES[node_measure]

@@ -27,6 +27,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--out", type=Path, default=Path("data/demo"))
         parser.add_argument("--nodes", type=int, default=16)
+        parser.add_argument("--amd-nodes", type=int, default=2,
+                            help="MI300X nodes beside the NVIDIA ones (AMD's exporter): the "
+                                 "demo shows a mixed cluster; 0 for NVIDIA only")
         parser.add_argument("--days", type=float, default=30)
         parser.add_argument("--seed", type=int, default=1)
         parser.add_argument("--telemetry-step", type=int, default=3600,
@@ -39,7 +42,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         folder: Path = opts["out"]
         if opts["fresh"] or not (folder / "cluster.json").exists():
-            call_command("simulate", out=str(folder), nodes=opts["nodes"], days=opts["days"],
+            call_command("simulate", out=str(folder), nodes=opts["nodes"],
+                         amd_nodes=opts["amd_nodes"], days=opts["days"],
                          seed=opts["seed"], telemetry_step=opts["telemetry_step"],
                          stdout=self.stdout)
         elif opts["simulate_only"] or not os.environ.get("DEMO_T0"):

@@ -72,6 +72,9 @@ class Command(BaseCommand):
         parser.add_argument("--telemetry-days", type=float, default=None,
                             help="recent days that get telemetry (default: all; 0: none)")
         parser.add_argument("--cluster", default="demo", help="Slurm ClusterName")
+        parser.add_argument("--amd-nodes", type=int, default=0,
+                            help="MI300X nodes (AMD Device Metrics Exporter) in a partition "
+                                 "mi300x of their own, after the --nodes NVIDIA nodes")
         parser.add_argument("--max-telemetry-gb", type=float, default=10,
                             help="refuse to start when the telemetry would be larger "
                                  "(default 10; the estimate is printed)")
@@ -84,7 +87,7 @@ class Command(BaseCommand):
         cfg = SimConfig(nodes=opts["nodes"], days=opts["days"], seed=opts["seed"], now=now,
                         telemetry_step=opts["telemetry_step"],
                         telemetry_days=opts["telemetry_days"], cluster=opts["cluster"],
-                        incidents=not opts["no_incidents"])
+                        incidents=not opts["no_incidents"], amd_nodes=opts["amd_nodes"])
         try:
             _check_room(cfg.validated(), Path(opts["out"]), opts["max_telemetry_gb"])
         except SimulationError as exc:
@@ -99,7 +102,8 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"--out {opts['out']!r}: {exc.strerror or exc}") from None
         self.stdout.write(
-            f"simulated {cfg.nodes} nodes x {cfg.days:g} days into {summary.out}: "
+            f"simulated {cfg.nodes} nodes{f' and {cfg.amd_nodes} MI300X' if cfg.amd_nodes else ''}"
+            f" x {cfg.days:g} days into {summary.out}: "
             f"{summary.jobs} jobs, {summary.scripts} job scripts, "
             f"{len(summary.telemetry_files)} telemetry windows, {summary.trace_files} trace "
             f"files, {summary.findings} ground-truth findings "

@@ -1,7 +1,9 @@
 """``manage.py check_guardrails [--cluster NAME]``: the beat's guardrail check, now.
 
 Refreshes each running GPU job's live snapshot, raises its alerts, takes the idle-job
-policy's step (``GUARDRAILS_POLICY``) and sends what is pending; prints the run's figures.
+policy's step (``GUARDRAILS_POLICY``) and sends what is pending; prints the run's figures
+(JSON: ``sent.no_address`` and ``sent.no_address_users`` among them), and on stderr, in
+words, the alerts nobody could be told of: for which Slurm users, and why.
 """
 
 from __future__ import annotations
@@ -32,3 +34,15 @@ class Command(BaseCommand):
                     else "does not exist"))
         stats = services.run_checks(jobs=services.running_gpu_jobs(clusters))
         self.stdout.write(json.dumps(stats, indent=2, sort_keys=True, default=str))
+        sent = stats["sent"]  # stdout stays one JSON document, for scripts
+        if sent["no_address"]:
+            # Say for whom and why: "messages 0" alone hid 20 undelivered alerts (issue 28).
+            users = sent["no_address_users"]
+            self.stderr.write(self.style.WARNING(
+                f"{sent['no_address']} alert(s) had no address, for {len(users)} Slurm "
+                f"user(s); they are kept as 'no address' and not sent again:"))
+            for name, reason in sorted(users.items()):
+                self.stderr.write(f"  {name}: {reason}")
+            self.stderr.write("Give these users an e-mail address (their portal account, "
+                              "or LDAP/OIDC at sign-in) or set BEACON_EMAIL_DOMAIN "
+                              "(docs/diagnosis.md, 'Who hears').")
