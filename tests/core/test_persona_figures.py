@@ -68,6 +68,7 @@ def walk(people) -> tuple[list[str], list[Stated], dict[str, Report]]:
     return faults, stated, reports
 
 
+@pytest.mark.slow
 def test_three_personas_see_no_false_error_and_no_two_answers(folder, settings):  # noqa: F811
     settings.SITE_URL = SERVED
     with time_machine.travel(SIMULATED_NOW, tick=False):
