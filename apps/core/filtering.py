@@ -37,7 +37,8 @@ def filter_messages(filterset: Any) -> list[str]:
     form = filterset.form
     lines = []
     for name, errors in form.errors.items():
-        field = form.fields.get(name)
-        label = str(field.label) if field is not None and field.label else name
+        # the bound field's label: the field's own, else Django's pretty name ("Status"); a
+        # field's label can be None (django-filter's, once drf-spectacular has read the class)
+        label = str(form[name].label) if name in form.fields else name
         lines.append(f"{label}: {' '.join(str(e) for e in errors)}")
     return lines
