@@ -25,6 +25,19 @@ class JobGpuSerializer(serializers.ModelSerializer):
         fields = ["node", "gpu_index", "gpu_uuid", "start", "end"]
 
 
+class RequestedSerializer(serializers.Serializer):
+    """What the job asked for (issue 26): a pending job holds nothing yet, so ``gpus`` and
+    ``cpus`` above are 0 while this says what it waits for. null: Slurm did not say."""
+
+    gpus = serializers.IntegerField(source="req_gpus", allow_null=True)
+    cpus = serializers.IntegerField(source="req_cpus", allow_null=True)
+    memory_mb = serializers.IntegerField(source="req_memory_mb", allow_null=True,
+                                         help_text="the whole job's (Slurm's --mem is per node)")
+    nodes = serializers.IntegerField(source="req_nodes", allow_null=True)
+    time_limit_min = serializers.IntegerField(allow_null=True)
+    tres = serializers.CharField(source="tres_req", help_text="as Slurm prints ReqTRES")
+
+
 class JobSerializer(serializers.ModelSerializer):
     cluster = serializers.CharField(source="cluster.name")
     team = serializers.CharField(source="team.slug", allow_null=True, default=None)
@@ -36,6 +49,7 @@ class JobSerializer(serializers.ModelSerializer):
                   "accepts it, chargeback and SLOs leave it out")
     implausible_accepted_by = serializers.SerializerMethodField(
         help_text="The admin who accepted the implausible record (null: not accepted)")
+    requested = RequestedSerializer(source="*", read_only=True)
 
     class Meta:
         model = Job
@@ -45,7 +59,8 @@ class JobSerializer(serializers.ModelSerializer):
             "partition", "qos", "state", "reason", "exit_code", "exit_signal", "exit",
             "submit_time", "eligible_time", "start_time", "end_time", "time_limit_min",
             "nodes", "node_count", "cpus", "memory_mb", "gpus", "gpu_shards",
-            "gpu_equivalent", "gpu_types", "gpu_source", "tres_alloc", "labels", "implausible",
+            "gpu_equivalent", "gpu_types", "gpu_source", "tres_alloc", "requested", "labels",
+            "implausible",
             "implausible_accepted_at", "implausible_accepted_by", "updated_at", "url",
         ]
 
