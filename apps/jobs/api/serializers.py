@@ -14,6 +14,7 @@ from apps.jobs.models import (
     JobNodeMetrics,
     TraceRun,
 )
+from apps.jobs.roofline import roofline_payload
 
 
 class JobGpuSerializer(serializers.ModelSerializer):
@@ -74,11 +75,55 @@ class JobSerializer(serializers.ModelSerializer):
         return user.username if user is not None else None
 
 
+class RooflinePeaksSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    name = serializers.CharField()
+    memory_bytes_per_s = serializers.FloatField()
+    flops_per_s = serializers.DictField(child=serializers.FloatField(),
+                                        help_text="dense peak FLOP/s per pipe")
+    sources = serializers.ListField(child=serializers.CharField())
+
+
+class RooflinePointSerializer(serializers.Serializer):
+    gpu = serializers.CharField()
+    flops_per_s = serializers.FloatField(help_text="estimated: pipe activity x pipe peak")
+    bytes_per_s = serializers.FloatField(help_text="estimated: DRAM activity x peak bandwidth")
+    intensity = serializers.FloatField(allow_null=True, help_text="FLOP per byte")
+    pipe = serializers.CharField(help_text="the pipe doing most FLOPs: its peak is the roof")
+    roof_flops_per_s = serializers.FloatField()
+    share_of_roof = serializers.FloatField(allow_null=True)
+    bound = serializers.CharField(help_text="memory, compute or idle")
+    pipe_flops_per_s = serializers.DictField(child=serializers.FloatField())
+
+
+class RooflineSerializer(serializers.Serializer):
+    """The job's GPUs on its model's roofline, estimated from activity ratios (issue 30)."""
+
+    status = serializers.CharField(
+        help_text="ready, no_fields, unknown_model, mixed_models or no_gpus")
+    reason = serializers.CharField(help_text="why there is no roofline ('' when ready)")
+    estimate = serializers.CharField()
+    model = serializers.CharField()
+    peaks = RooflinePeaksSerializer(allow_null=True)
+    points = RooflinePointSerializer(many=True)
+    missing_fields = serializers.ListField(
+        child=serializers.CharField(), help_text="exporter series that would add what is missing")
+    uncounted_pipes = serializers.ListField(child=serializers.CharField())
+    unmeasured_gpus = serializers.ListField(child=serializers.CharField())
+    vendor_pipes = serializers.ListField(child=serializers.CharField())
+
+
 class JobDetailSerializer(JobSerializer):
     gpus_held = JobGpuSerializer(many=True, read_only=True)
+    roofline = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "work_dir", "comment", "gpus_held"]
+        fields = [*JobSerializer.Meta.fields, "work_dir", "comment", "gpus_held", "roofline"]
+
+    @extend_schema_field(RooflineSerializer)
+    def get_roofline(self, job: Job) -> dict[str, Any]:
+        """From the stored archive, as the job page draws it (docs/roofline.md)."""
+        return roofline_payload(job)
 
 
 # --- Metrics, the straggler verdict, series --------------------------------------------------
