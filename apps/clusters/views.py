@@ -67,7 +67,7 @@ def _hours(minutes: float | None) -> float | None:
 def poll_seconds() -> int:
     """How often the live view asks again: the queue sync's cadence (beat's
     ``slurm-queue``), since nothing it shows changes faster than the syncs write it."""
-    entry = settings.CELERY_BEAT_SCHEDULE.get("slurm-queue", {})
+    entry: dict[str, Any] = settings.CELERY_BEAT_SCHEDULE.get("slurm-queue", {})
     return max(5, int(float(entry.get("schedule", 30))))
 
 
