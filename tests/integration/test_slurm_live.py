@@ -88,3 +88,37 @@ def test_a_pending_jobs_estimated_start_is_what_squeue_start_prints(slurm, backe
         assert job.state == "PENDING" and job.estimated_start == text_time(printed)
     finally:
         slurm.run("scancel", str(job_id), check=False)
+
+
+def test_the_live_view_colours_a_real_jobs_gpus_and_names_it_to_its_owner_only(slurm, backend,
+                                                                               made, client):
+    """A running 2-GPU job of bob's, synced (nodes, jobs, queue and GPU bindings) from the
+    real cluster: its two GPUs link to its page for bob and show as another user's to carol,
+    who never sees its id."""
+    from django.contrib.auth.models import User
+    from django.urls import reverse
+
+    bob = User.objects.create_user("bob")
+    carol = User.objects.create_user("carol")
+    job_id = slurm.sbatch("bob", "--qos=high", "--time=5", "--gres=gpu:2", "-J", "live-view-it",
+                          "--wrap", "sleep 120")
+    try:
+        slurm.wait_running(job_id)
+        wait_for(lambda: slurm.sacct_text([job_id]), 60, f"job {job_id} in accounting")
+        cluster = slurm.new_cluster(backend)
+        sync.sync_nodes(cluster)
+        sync.sync_cluster(cluster)
+        sync.sync_queue(cluster)
+        link = f'href="/jobs/{cluster.name}/{job_id}/"'
+        client.force_login(bob)
+        page = client.get(reverse("clusters-live", args=[cluster.name])).content.decode()
+        grid = page.split('class="table gpu-grid"')[1].split("</table>")[0]
+        assert grid.count(link) == 2, grid
+        client.force_login(carol)
+        page = client.get(reverse("clusters-live", args=[cluster.name])).content.decode()
+        # (a bare id could match a count on the page: its link and its name must not be there)
+        assert link not in page and "live-view-it" not in page
+        assert f"job {job_id}" not in page and f">{job_id}<" not in page
+        assert page.count("another user's job") >= 2
+    finally:
+        slurm.run("scancel", str(job_id), check=False)
