@@ -75,6 +75,7 @@ class Telemetry:
     timeline: tuple[float | None, ...] = ()
     timeline_offset_s: float = 0.0
     step_s: float = 0.0
+    timeline_measure: str = "gpu_util"  # busy (duty cycle); "activity" when not scraped
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,8 +18,9 @@ from apps.accounts.permissions import VIEW
 from apps.analysis.phases import TraceAnalysisError
 from apps.core.api.strict import StrictCursorPagination
 from apps.core.errors import AdapterError
-from apps.jobs import presenters, traces
+from apps.jobs import compare, presenters, traces
 from apps.jobs.api.serializers import (
+    ComparisonSerializer,
     JobDetailSerializer,
     JobFindingSerializer,
     JobMetricsSerializer,
@@ -60,6 +63,29 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
 
     def get_serializer_class(self) -> Any:
         return JobDetailSerializer if self.action == "retrieve" else JobSerializer
+
+    @extend_schema(parameters=[OpenApiParameter(
+        "ids", str, many=True, required=True, pattern=r"^[-a-zA-Z0-9_]+/[0-9]{1,18}$",
+        description=f"a job as <cluster>/<job id> (Slurm's raw id), repeated: "
+                    f"{compare.MIN_JOBS} to {compare.MAX_JOBS} jobs")],
+        responses=ComparisonSerializer)
+    @action(detail=False, filter_backends=[], pagination_class=None)
+    def compare(self, request: Request) -> Response:
+        """Two to six jobs side by side (the comparison page's figures), oldest first, with
+        the differences named against the oldest. A job the caller may not see is a 404."""
+        unknown = sorted(set(request.query_params) - {"ids"})
+        if unknown:
+            raise ValidationError({n: ["unknown query parameter (known: ids)"] for n in unknown})
+        try:
+            refs = compare.parse_refs(request.query_params.getlist("ids"))
+            compared = compare.compare_jobs(request.user, refs)
+        except compare.NotVisible as exc:
+            raise NotFound(str(exc)) from None
+        except compare.CompareError as exc:
+            raise ValidationError({"ids": [str(exc)]}) from None
+        payload = {"runs": [asdict(r) for r in compared.runs],
+                   **asdict(compared.comparison)}
+        return Response(ComparisonSerializer(payload).data)
 
     @extend_schema(responses=JobMetricsSerializer)
     @action(detail=True, filter_backends=[])
