@@ -18,7 +18,8 @@ from apps.accounts.permissions import VIEW
 from apps.analysis.phases import TraceAnalysisError
 from apps.core.api.strict import StrictCursorPagination
 from apps.core.errors import AdapterError
-from apps.jobs import compare, presenters, traces
+from apps.jobs import compare as comparison
+from apps.jobs import presenters, traces
 from apps.jobs.api.serializers import (
     ComparisonSerializer,
     JobDetailSerializer,
@@ -67,7 +68,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(parameters=[OpenApiParameter(
         "ids", str, many=True, required=True, pattern=r"^[-a-zA-Z0-9_]+/[0-9]{1,18}$",
         description=f"a job as <cluster>/<job id> (Slurm's raw id), repeated: "
-                    f"{compare.MIN_JOBS} to {compare.MAX_JOBS} jobs")],
+                    f"{comparison.MIN_JOBS} to {comparison.MAX_JOBS} jobs")],
         responses=ComparisonSerializer)
     @action(detail=False, filter_backends=[], pagination_class=None)
     def compare(self, request: Request) -> Response:
@@ -77,11 +78,11 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         if unknown:
             raise ValidationError({n: ["unknown query parameter (known: ids)"] for n in unknown})
         try:
-            refs = compare.parse_refs(request.query_params.getlist("ids"))
-            compared = compare.compare_jobs(request.user, refs)
-        except compare.NotVisible as exc:
+            refs = comparison.parse_refs(request.query_params.getlist("ids"))
+            compared = comparison.compare_jobs(request.user, refs)
+        except comparison.NotVisible as exc:
             raise NotFound(str(exc)) from None
-        except compare.CompareError as exc:
+        except comparison.CompareError as exc:
             raise ValidationError({"ids": [str(exc)]}) from None
         payload = {"runs": [asdict(r) for r in compared.runs],
                    **asdict(compared.comparison)}
