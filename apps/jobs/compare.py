@@ -44,7 +44,10 @@ from apps.jobs.presenters import ending_facts
 
 MAX_JOBS = 6  # side by side on one screen: past six columns the table no longer reads
 MIN_JOBS = 2
-_REF = re.compile(r"^([-a-zA-Z0-9_]+)/(\d{1,18})$")  # a cluster is a slug (its URL part)
+# <cluster>/<job id>: a cluster is a slug (its URL part), the id digits without a leading zero,
+# so two different strings never name one job (the API's schema says the same: REF_PATTERN)
+REF_PATTERN = r"^[-a-zA-Z0-9_]+/(0|[1-9][0-9]{0,17})$"
+_REF = re.compile(r"([-a-zA-Z0-9_]+)/(0|[1-9][0-9]{0,17})")
 # Why a job has no telemetry to compare, by the stored archive's status
 MISSING = {None: NO_TELEMETRY, "pending": "metrics not archived yet",
            "no_data": "no telemetry: its GPUs had no series"}
@@ -87,7 +90,7 @@ def parse_refs(values: Iterable[str]) -> list[Ref]:
     ``MAX_JOBS`` is a ``CompareError``."""
     refs, bad = [], []
     for value in values:
-        match = _REF.match(value.strip())
+        match = _REF.fullmatch(value.strip())
         if match is None:
             bad.append(value)
         else:

@@ -140,6 +140,8 @@ def test_an_unknown_job_is_a_404_naming_it(world, login):
 @pytest.mark.parametrize(("query", "words"), [
     ("ids=101&ids=102", "name each job as <cluster>/<job id>"),
     ("ids=testcluster/101&ids=testcluster/1%3B1", "name each job as"),
+    ("ids=testcluster/101&ids=testcluster/0101", "name each job as"),  # one job, two names
+    ("ids=testcluster/101&ids=testcluster/%D9%A3", "name each job as"),  # an Arabic 3
     ("&".join(f"ids=testcluster/{n}" for n in range(101, 108)), "compare at most 6"),
 ])
 def test_bad_input_is_a_400_saying_what_to_change(world, login, query, words):

@@ -66,9 +66,12 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         return JobDetailSerializer if self.action == "retrieve" else JobSerializer
 
     @extend_schema(parameters=[OpenApiParameter(
-        "ids", str, many=True, required=True, pattern=r"^[-a-zA-Z0-9_]+/[0-9]{1,18}$",
-        description=f"a job as <cluster>/<job id> (Slurm's raw id), repeated: "
-                    f"{comparison.MIN_JOBS} to {comparison.MAX_JOBS} jobs")],
+        "ids", {"type": "array", "items": {"type": "string", "pattern": comparison.REF_PATTERN},
+                "minItems": comparison.MIN_JOBS, "maxItems": comparison.MAX_JOBS,
+                "uniqueItems": True},
+        required=True, style="form", explode=True,
+        description="a job as <cluster>/<job id> (Slurm's raw id), repeated: "
+                    f"{comparison.MIN_JOBS} to {comparison.MAX_JOBS} different jobs")],
         responses=ComparisonSerializer)
     @action(detail=False, filter_backends=[], pagination_class=None)
     def compare(self, request: Request) -> Response:
