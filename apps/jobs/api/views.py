@@ -65,32 +65,6 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     def get_serializer_class(self) -> Any:
         return JobDetailSerializer if self.action == "retrieve" else JobSerializer
 
-    @extend_schema(parameters=[OpenApiParameter(
-        "ids", {"type": "array", "items": {"type": "string", "pattern": comparison.REF_PATTERN},
-                "minItems": comparison.MIN_JOBS, "maxItems": comparison.MAX_JOBS,
-                "uniqueItems": True},
-        required=True, style="form", explode=True,
-        description="a job as <cluster>/<job id> (Slurm's raw id), repeated: "
-                    f"{comparison.MIN_JOBS} to {comparison.MAX_JOBS} different jobs")],
-        responses=ComparisonSerializer)
-    @action(detail=False, filter_backends=[], pagination_class=None)
-    def compare(self, request: Request) -> Response:
-        """Two to six jobs side by side (the comparison page's figures), oldest first, with
-        the differences named against the oldest. A job the caller may not see is a 404."""
-        unknown = sorted(set(request.query_params) - {"ids"})
-        if unknown:
-            raise ValidationError({n: ["unknown query parameter (known: ids)"] for n in unknown})
-        try:
-            refs = comparison.parse_refs(request.query_params.getlist("ids"))
-            compared = comparison.compare_jobs(request.user, refs)
-        except comparison.NotVisible as exc:
-            raise NotFound(str(exc)) from None
-        except comparison.CompareError as exc:
-            raise ValidationError({"ids": [str(exc)]}) from None
-        payload = {"runs": [asdict(r) for r in compared.runs],
-                   **asdict(compared.comparison)}
-        return Response(ComparisonSerializer(payload).data)
-
     @extend_schema(responses=JobMetricsSerializer)
     @action(detail=True, filter_backends=[])
     def metrics(self, request: Request, pk: str | None = None) -> Response:
@@ -135,6 +109,41 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         except (AdapterError, TraceAnalysisError) as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
         return Response(TraceRunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class JobComparisonViewSet(viewsets.GenericViewSet):
+    """Jobs side by side: the comparison page's figures as JSON, through ``visible_to``."""
+
+    queryset = Job.objects.none()
+    serializer_class = ComparisonSerializer
+    filter_backends: list[Any] = []
+    pagination_class = None
+    required_action = VIEW
+
+    @extend_schema(parameters=[OpenApiParameter(
+        "ids", {"type": "array", "items": {"type": "string", "pattern": comparison.REF_PATTERN},
+                "minItems": comparison.MIN_JOBS, "maxItems": comparison.MAX_JOBS,
+                "uniqueItems": True},
+        required=True, style="form", explode=True,
+        description="a job as <cluster>/<job id> (Slurm's raw id), repeated: "
+                    f"{comparison.MIN_JOBS} to {comparison.MAX_JOBS} different jobs")],
+        responses=ComparisonSerializer)
+    def list(self, request: Request) -> Response:
+        """Two to six jobs side by side (the comparison page's figures), oldest first, with
+        the differences named against the oldest. A job the caller may not see is a 404."""
+        unknown = sorted(set(request.query_params) - {"ids"})
+        if unknown:
+            raise ValidationError({n: ["unknown query parameter (known: ids)"] for n in unknown})
+        try:
+            refs = comparison.parse_refs(request.query_params.getlist("ids"))
+            compared = comparison.compare_jobs(request.user, refs)
+        except comparison.NotVisible as exc:
+            raise NotFound(str(exc)) from None
+        except comparison.CompareError as exc:
+            raise ValidationError({"ids": [str(exc)]}) from None
+        payload = {"runs": [asdict(r) for r in compared.runs],
+                   **asdict(compared.comparison)}
+        return Response(ComparisonSerializer(payload).data)
 
 
 class TraceCursor(StrictCursorPagination):
