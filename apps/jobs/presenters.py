@@ -441,15 +441,7 @@ def requested(job: Job) -> dict[str, Any] | None:
 def ending_card(job: Job) -> dict[str, Any]:
     """The ending in words with what to check (None while the job runs), the memory peak
     against the request, and the stdout/stderr paths or why they are unknown."""
-    run = job.run_time
-    facts = EndingFacts(
-        state=job.state, exit_code=job.exit_code, signal=job.exit_signal,
-        started=job.start_time is not None,
-        run_s=run.total_seconds() if run is not None else None,
-        time_limit_s=job.time_limit_min * 60.0 if job.time_limit_min else None,
-        mem_requested_mb=job.memory_mb / max(1, job.node_count) if job.memory_mb else None,
-        mem_peak_mb=job.mem_peak_mb, nodes=job.node_count)
-    ending = explain(facts)
+    ending = explain(ending_facts(job))
     labels = job.labels or {}
     names = JobNames(job.job_id, job.user_name, job.name, job.array_job_id,
                      job.array_task_id, _first_node(job.nodes), job.work_dir)
@@ -457,6 +449,19 @@ def ending_card(job: Job) -> dict[str, Any]:
                          str(labels.get("stderr") or ""))
     return {"ending": ending, "output": paths,
             "ending_owner": OWNER_WORDS[ending.owner] if ending else ""}
+
+
+def ending_facts(job: Job) -> EndingFacts:
+    """What Slurm recorded about the job's end, as ``endings.explain`` reads it (the job
+    page and the comparison read one ending the same way)."""
+    run = job.run_time
+    return EndingFacts(
+        state=job.state, exit_code=job.exit_code, signal=job.exit_signal,
+        started=job.start_time is not None,
+        run_s=run.total_seconds() if run is not None else None,
+        time_limit_s=job.time_limit_min * 60.0 if job.time_limit_min else None,
+        mem_requested_mb=job.memory_mb / max(1, job.node_count) if job.memory_mb else None,
+        mem_peak_mb=job.mem_peak_mb, nodes=job.node_count)
 
 
 def _first_node(nodes: str) -> str:

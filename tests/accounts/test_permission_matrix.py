@@ -207,6 +207,7 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("get", "jobs-export", NO_ARGS, everyone(200)),
     ("post", "jobs-export", NO_ARGS, {**everyone(403), "staff": 405}),
     ("get", "jobs-detail", JOB, bobs_job()),
+    ("get", "jobs-compare", NO_ARGS, everyone(200)),  # no jobs named: the page asks for them
     ("post", "jobs-detail", JOB, {**everyone(403), "staff": 405}),
     ("get", "jobs-metrics", JOB, bobs_job()),
     ("post", "jobs-metrics", JOB, {**everyone(403), "staff": 405}),
@@ -218,6 +219,7 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("get", "api:job-list", NO_ARGS, everyone(200, anon=401)),
     ("post", "api:job-list", NO_ARGS, {**everyone(403, anon=401), "staff": 405}),
     ("get", "api:job-detail", API_JOB, bobs_job(anon=401)),
+    ("get", "api:job-compare-list", NO_ARGS, everyone(400, anon=401)),  # no ids: a 400 saying so
     ("delete", "api:job-detail", API_JOB, {**everyone(403, anon=401), "staff": 405}),
     ("get", "api:job-metrics", API_JOB, bobs_job(anon=401)),
     ("get", "api:job-series", API_JOB, bobs_job(anon=401)),
