@@ -60,7 +60,8 @@ def count_periods(first: date, last: date, granularity: Granularity) -> int:
     if granularity is Granularity.DAY:
         return (last - first).days + 1
     if granularity is Granularity.WEEK:
-        return (last - last.weekday() - (first - first.weekday())).days // 7 + 1
+        monday = (last - timedelta(days=last.weekday())) - (first - timedelta(days=first.weekday()))
+        return monday.days // 7 + 1
     return (last.year - first.year) * 12 + last.month - first.month + 1
 
 

@@ -17,6 +17,7 @@ statements, quotas' usage or the reconciliation (which then lists them as differ
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -138,24 +139,25 @@ def _period_sums(qs: QuerySet[Job], names: tuple[str, ...], lo: datetime, hi: da
     e0 = Greatest(Least(Coalesce(F("end_time"), _dt(now)), _dt(hi)), s0)
     qs = qs.annotate(rs=Seconds(s0, _dt(lo)), re=Seconds(e0, _dt(lo)),
                      sd=period_index(s0, edges), ed=period_index(e0, edges, end=True))
-    weights = {"allocated": F("gpu_equivalent")}
+    weights: dict[str, Any] = {"allocated": F("gpu_equivalent")}
     weights |= {part: F("gpu_equivalent") * _fraction(part) for part in SPLIT_PARTS}
     sums: dict[str, Sum] = {}
     for name, w in weights.items():
         sums |= {f"{name}_g": Sum(w), f"{name}_s": Sum(w * F("rs")),
                  f"{name}_e": Sum(w * F("re"))}
     rel = [(e - lo).total_seconds() for e in edges]
-    out: dict[tuple[Any, ...], list[list[float]]] = {}
+    out: dict[str, tuple[dict[str, Any], list[list[float]]]] = {}
     for row in qs.values(*names, "sd", "ed").annotate(**sums).order_by():
-        key = tuple(row[k] for k in names)
-        per = out.setdefault(key, [[0.0] * len(weights) for _ in range(len(edges) - 1)])
-        for w, name in enumerate(weights):
-            first, values = spread(*(row[f"{name}_{x}"] or 0.0 for x in "gse"),
-                                   row["sd"], row["ed"], rel)
+        group = {k: row[k] for k in names}
+        key = json.dumps(list(group.values()), sort_keys=True, default=str)  # GPU types: dicts
+        per = out.setdefault(key, (group, [[0.0] * len(weights) for _ in edges[1:]]))[1]
+        for column, name in enumerate(weights):
+            g, s, e = (row[f"{name}_{x}"] or 0.0 for x in "gse")
+            first, values = spread(g, s, e, row["sd"], row["ed"], rel)
             for i, value in enumerate(values, start=first):
-                per[i][w] += value
-    return [(dict(zip(names, key, strict=True)), i, Hours(*(v / 3600 for v in values)))
-            for key, periods in out.items() for i, values in enumerate(periods)
+                per[i][column] += value
+    return [(group, i, Hours(*(v / 3600 for v in values)))
+            for group, periods in out.values() for i, values in enumerate(periods)
             if values[0] > 0]
 
 

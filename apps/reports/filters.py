@@ -4,7 +4,7 @@ never a guess: an unknown group, a reversed range, more periods than a page can 
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import UTC
 from typing import Any
 
 import django_filters
@@ -36,7 +36,7 @@ class ReportForm(forms.Form):
         if (last - first).days > MAX_DAYS:
             raise forms.ValidationError(f"a range is at most {MAX_DAYS} days")
         try:
-            period_edges(first, last, _granularity(data.get("period")), timezone.utc)
+            period_edges(first, last, _granularity(data.get("period")), UTC)
         except PeriodError as exc:
             raise forms.ValidationError(str(exc)) from None
         return data
@@ -72,7 +72,3 @@ def params_of(cleaned: dict[str, Any]) -> Params:
     return Params(first=cleaned["date_from"], last=cleaned["date_to"],
                   group=tuple(cleaned["group"]), period=_granularity(cleaned.get("period")),
                   team=cleaned.get("team"))
-
-
-def default_range(today: date) -> tuple[date, date]:
-    return today.replace(day=1), today - timedelta(days=0)

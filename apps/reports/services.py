@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import date, datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db.models import F, QuerySet
 from django.utils import timezone
@@ -79,7 +79,7 @@ def _value(dim: str, value: Any) -> Hashable:
     """A group's column value as the report's key (GPU types: the dominant model)."""
     if dim == "gpu_model":
         return rp.dominant_model(value)
-    return value
+    return cast(Hashable, value)
 
 
 def _grouping(dims: Sequence[str], extra: Mapping[str, Any] | None = None) -> queries.Grouping:
@@ -115,7 +115,8 @@ def build(user: Any, params: Params, now: datetime | None = None) -> Report:
     rows: dict[tuple[Hashable, int], rp.Row] = {}
 
     def row(group: Hashable, period: int) -> rp.Row:
-        return rows.get((group, period)) or rp.Row(group=tuple(map(str, group)), period=period)
+        values = cast(tuple[Any, ...], group)
+        return rows.get((group, period)) or rp.Row(group=tuple(map(str, values)), period=period)
 
     _hours(jobs, params.group, edges, now, rows, row)
     _waits(jobs, params.group, window, edges, rows, row)
@@ -152,7 +153,7 @@ def _waits(jobs: QuerySet[Job], dims: Sequence[str], window: maths.Window,
     parts = queries.queue_wait(_objective(Objective.Sli.QUEUE_WAIT), window,
                                [window.start, window.observed_end], jobs, grouping)
     for key, sc in parts.items():
-        group, period = key  # type: ignore[misc]  # the grouping's key: (group, period)
+        group, period = cast(tuple[Hashable, int], key)  # the grouping's key with g_period
         d = sc.details
         rows[(group, period)] = replace(row(group, period), started=d["total"] + d["own_jobs"],
                                         wait_p50=d["p50"], wait_p90=d["p90"],

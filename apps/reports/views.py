@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 from django.views import View
 
@@ -65,7 +65,7 @@ def _scope_words(user: Any) -> str:
 class ReportExportView(ActionRequiredMixin, View):
     """The same report as CSV (one line per group and period; plain numbers)."""
 
-    def get(self, request: HttpRequest) -> HttpResponse:
+    def get(self, request: HttpRequest) -> HttpResponseBase:
         filterset = _bound(request)
         if not filterset.form.is_valid():
             return HttpResponse("\n".join(filter_messages(filterset)), status=400,

@@ -7,7 +7,7 @@ from rest_framework import serializers
 from apps.analysis.reports import Row
 
 
-class RowSerializer(serializers.Serializer[Row]):
+class RowSerializer(serializers.Serializer[Any]):
     """One group in one period (plain numbers: hours, seconds, shares 0..1)."""
 
     group = serializers.SerializerMethodField()

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.db.models import (
     Aggregate,
@@ -173,7 +173,7 @@ def population(objective: Objective, jobs: QuerySet[Job] | None = None,
         qs = qs.filter(team__isnull=False)
         if objective.team_id:
             qs = qs.filter(team_id=objective.team_id)
-    return qs.annotate(**(grouping or by_subject(objective)).columns)
+    return cast("Subjects", qs.annotate(**(grouping or by_subject(objective)).columns))
 
 
 def _day(expr: Combinable, edges: Sequence[datetime], *, end: bool = False) -> Expression:
