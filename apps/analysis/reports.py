@@ -38,7 +38,6 @@ class Row:
     period: int = 0
     gpu_hours: float = 0.0
     useful_hours: float = 0.0
-    waste_hours: float = 0.0
     started: int = 0
     wait_p50: float | None = None
     wait_p90: float | None = None
@@ -56,9 +55,9 @@ class Row:
         return self.efficiency.sli
 
 
-def add_hours(row: Row, allocated: float, useful: float, waste: float) -> Row:
+def add_hours(row: Row, allocated: float, useful: float) -> Row:
     return replace(row, gpu_hours=row.gpu_hours + allocated,
-                   useful_hours=row.useful_hours + useful, waste_hours=row.waste_hours + waste)
+                   useful_hours=row.useful_hours + useful)
 
 
 def table(rows: Iterable[Row]) -> list[Row]:
@@ -71,7 +70,7 @@ def total(rows: Sequence[Row]) -> Row:
     """Hours, counts and SLI events added up (percentiles do not add: left empty)."""
     out = Row(group=("Total",))
     for r in rows:
-        out = replace(add_hours(out, r.gpu_hours, r.useful_hours, r.waste_hours),
+        out = replace(add_hours(out, r.gpu_hours, r.useful_hours),
                       started=out.started + r.started, ended=out.ended + r.ended,
                       success=out.success.plus(r.success),
                       efficiency=out.efficiency.plus(r.efficiency))

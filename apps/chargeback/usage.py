@@ -103,7 +103,8 @@ UsageSums = tuple[dict[str, Any], int, Hours]  # (group's columns, period, GPU-h
 
 def usage_sums(jobs: QuerySet[Job], lo: datetime, hi: datetime, now: datetime,
                columns: Sequence[str] | Mapping[str, Any],
-               edges: Sequence[datetime] | None = None) -> list[UsageSums]:
+               edges: Sequence[datetime] | None = None,
+               parts: Sequence[str] = SPLIT_PARTS) -> list[UsageSums]:
     """Allocated and split GPU-hours of ``jobs`` inside ``[lo, hi)`` per group of
     ``columns`` (field names, or names to SQL expressions) and, given ``edges``
     (``[lo, ..., hi]``), per period between them: what statements (one period, their
@@ -113,7 +114,8 @@ def usage_sums(jobs: QuerySet[Job], lo: datetime, hi: datetime, now: datetime,
     of ``bench/chargeback.py`` (grouped on ids, the archive joined only where it counts as
     measured). Several: the GROUP BY adds each job's first and last period and sums the
     weighted starts and ends, which ``apps.analysis.periods.spread`` turns into seconds
-    per period exactly (the SLO efficiency trend's method).
+    per period exactly (the SLO efficiency trend's method). ``parts``: the split parts
+    summed (others stay 0: a report reading useful hours only saves their sums).
     """
     exprs = dict(columns) if isinstance(columns, Mapping) else {}
     names = tuple(columns)
@@ -122,25 +124,26 @@ def usage_sums(jobs: QuerySet[Job], lo: datetime, hi: datetime, now: datetime,
     if edges is None or len(edges) <= 2:
         seconds = gpu_seconds(lo, hi, now)
         sums = {"allocated": Sum(seconds)}
-        sums |= {part: Sum(seconds * _fraction(part)) for part in SPLIT_PARTS}
+        sums |= {part: Sum(seconds * _fraction(part)) for part in parts}
         return [({k: row[k] for k in names}, 0, _hours(row))
                 for row in qs.values(*names).annotate(**sums).order_by()]
-    return _period_sums(qs, names, lo, hi, now, edges)
+    return _period_sums(qs, names, lo, hi, now, edges, parts)
 
 
 def _hours(row: Mapping[str, Any]) -> Hours:
-    return Hours(*((row[k] or 0.0) / 3600 for k in ("allocated", *SPLIT_PARTS)))
+    return Hours(*((row.get(k) or 0.0) / 3600 for k in ("allocated", *SPLIT_PARTS)))
 
 
 def _period_sums(qs: QuerySet[Job], names: tuple[str, ...], lo: datetime, hi: datetime,
-                 now: datetime, edges: Sequence[datetime]) -> list[UsageSums]:
+                 now: datetime, edges: Sequence[datetime],
+                 parts: Sequence[str]) -> list[UsageSums]:
     """``usage_sums`` over several periods: GROUP BY (columns, first period, last period)."""
     s0 = Greatest(F("start_time"), _dt(lo))
     e0 = Greatest(Least(Coalesce(F("end_time"), _dt(now)), _dt(hi)), s0)
     qs = qs.annotate(rs=Seconds(s0, _dt(lo)), re=Seconds(e0, _dt(lo)),
                      sd=period_index(s0, edges), ed=period_index(e0, edges, end=True))
     weights: dict[str, Any] = {"allocated": F("gpu_equivalent")}
-    weights |= {part: F("gpu_equivalent") * _fraction(part) for part in SPLIT_PARTS}
+    weights |= {part: F("gpu_equivalent") * _fraction(part) for part in parts}
     sums: dict[str, Sum] = {}
     for name, w in weights.items():
         sums |= {f"{name}_g": Sum(w), f"{name}_s": Sum(w * F("rs")),
@@ -156,7 +159,7 @@ def _period_sums(qs: QuerySet[Job], names: tuple[str, ...], lo: datetime, hi: da
             first, values = spread(g, s, e, row["sd"], row["ed"], rel)
             for i, value in enumerate(values, start=first):
                 per[i][column] += value
-    return [(group, i, Hours(*(v / 3600 for v in values)))
+    return [(group, i, _hours({n: v for n, v in zip(weights, values, strict=True)}))
             for group, periods in out.values() for i, values in enumerate(periods)
             if values[0] > 0]
 

@@ -7,7 +7,7 @@ called with the report's groups, so the same figure reads the same everywhere.
 
 | figure | query | also read by |
 |---|---|---|
-| GPU-hours, useful, wasted | ``chargeback.usage.usage_sums`` | statements, quotas |
+| GPU-hours, useful GPU-hours | ``chargeback.usage.usage_sums`` | statements, quotas |
 | jobs started, waits p50/p90/p95 | ``slo.queries.queue_wait`` | the queue-wait SLO |
 | jobs ended, success rate | ``slo.queries.job_success`` (the ending rules) | the job-success SLO |
 | efficiency | ``slo.queries.gpu_efficiency`` | the GPU-efficiency SLO |
@@ -89,7 +89,7 @@ def _grouping(dims: Sequence[str], extra: Mapping[str, Any] | None = None) -> qu
         group = tuple(_value(d, row[_col(d)]) for d in dims)
         return (group, row["g_period"]) if "g_period" in row else group
 
-    return queries.Grouping(columns, key)
+    return queries.Grouping(columns, key, scorecard=False)
 
 
 def _objective(sli: str) -> Objective:
@@ -135,14 +135,14 @@ def _hours(jobs: QuerySet[Job], dims: Sequence[str], edges: Sequence[datetime],
     """GPU-hours through the statements' GROUP BY; GPU-hours of several models split by
     share as statements price them (``model_shares``)."""
     columns = {_col(d): COLUMNS[d]() for d in dims}
-    for values, period, hours in usage_sums(jobs, edges[0], edges[-1], now, columns, edges):
+    for values, period, hours in usage_sums(jobs, edges[0], edges[-1], now, columns, edges,
+                                            parts=("useful",)):
         shares = model_shares(values[_col("gpu_model")] or {}) if "gpu_model" in dims \
             else {None: 1.0}
         for model, share in shares.items():
             group = tuple(model if d == "gpu_model" else values[_col(d)] for d in dims)
             h = hours.scaled(share)
-            rows[(group, period)] = rp.add_hours(row(group, period), h.allocated, h.useful,
-                                                 h.waste)
+            rows[(group, period)] = rp.add_hours(row(group, period), h.allocated, h.useful)
 
 
 def _waits(jobs: QuerySet[Job], dims: Sequence[str], window: maths.Window,

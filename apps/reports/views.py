@@ -20,7 +20,7 @@ from apps.jobs.models import Job
 from apps.reports import charts, services
 from apps.reports.filters import ReportFilterSet, params_of
 
-CSV_HEADER = ["period", "gpu_hours", "useful_gpu_hours", "wasted_gpu_hours", "jobs_started",
+CSV_HEADER = ["period", "gpu_hours", "useful_gpu_hours", "jobs_started",
               "wait_p50_s", "wait_p90_s", "wait_p95_s", "jobs_ended", "success_rate",
               "efficiency", "measured_gpu_hours"]
 
@@ -83,7 +83,7 @@ def _csv_rows(report: services.Report) -> Iterator[list[Any]]:
 
 def csv_figures(r: Row) -> list[Any]:
     """A row's figures as plain numbers (rounded as printed, no units)."""
-    return [round(r.gpu_hours, 4), round(r.useful_hours, 4), round(r.waste_hours, 4),
+    return [round(r.gpu_hours, 4), round(r.useful_hours, 4),
             r.started, _num(r.wait_p50), _num(r.wait_p90), _num(r.wait_p95), r.ended,
             _num(r.success_rate, 4), _num(r.efficiency_share, 4),
             round(r.efficiency.total / 3600, 4)]

@@ -14,7 +14,6 @@ class RowSerializer(serializers.Serializer[Any]):
     period = serializers.SerializerMethodField()
     gpu_hours = serializers.FloatField()
     useful_gpu_hours = serializers.FloatField(source="useful_hours")
-    wasted_gpu_hours = serializers.FloatField(source="waste_hours")
     jobs_started = serializers.IntegerField(source="started")
     wait_p50_s = serializers.FloatField(source="wait_p50", allow_null=True)
     wait_p90_s = serializers.FloatField(source="wait_p90", allow_null=True)

@@ -145,6 +145,9 @@ class Grouping:
 
     columns: Mapping[str, Any]
     key: Callable[[Mapping[str, Any]], Hashable]
+    # the scorecard's extras: burn windows, the queue-wait breakdown and trend days; a
+    # report reads none of them and saves their GROUP BYs (False)
+    scorecard: bool = True
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -91,7 +91,8 @@ def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[d
         sc.window = maths.add_up(sc.days)
         sc.details["coverage"] = (sc.window.total / sc.details["allocated_s"]
                                   if sc.details["allocated_s"] > 0 else None)
-    for key, burn in _efficiency_burn(objective, window, jobs, grouping).items():
+    burns = _efficiency_burn(objective, window, jobs, grouping) if grouping.scorecard else {}
+    for key, burn in burns.items():
         out.setdefault(key, SubjectCounts(days=[Counts()] * (len(edges) - 1),
                                           details={"allocated_s": 0.0, "coverage": None}))
         out[key].burn = burn

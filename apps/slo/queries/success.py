@@ -78,7 +78,7 @@ def job_success(objective: Objective, window: maths.Window, edges: Sequence[date
     grouping = grouping or by_subject(objective)
     causes = {r.key: r.cause for r in rules} | {maths.UNCLASSIFIED.key: maths.Cause.EXCLUDED}
     burn = {f"n{s}": Count("pk", filter=Q(end_time__gte=start))
-            for s, start in _burn_starts(window).items()}
+            for s, start in _burn_starts(window).items()} if grouping.scorecard else {}
     rows: Iterable[Mapping[str, Any]] = (  # Mapping: the burn columns are named at run time
         _endings(objective, window, rules, jobs, grouping)
         .annotate(day=_day(F("end_time"), edges)).values(*grouping.names, "rule", "day")
@@ -102,7 +102,7 @@ def job_success(objective: Objective, window: maths.Window, edges: Sequence[date
         day = r["day"] if 0 <= r["day"] < n_days else n_days  # out of range: window only
         a["total"][day] += n
         a["good"][day] += n if good else 0
-        if not r[widest]:
+        if not r.get(widest):  # none in the widest burn window, or no burn columns
             continue
         for s, column in burn_columns:
             a["bt"][s] += r[column]

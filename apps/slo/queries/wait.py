@@ -73,13 +73,15 @@ def _wait_cells(grouping: Grouping, qs: Waits,
                 target: float) -> list[tuple[Hashable, str, str, int, Mapping[str, Any]]]:
     """(key, partition, GPU bucket, own, cell): jobs, on time, waited before eligible, and
     the sorted waits (``pct_s``). Rows of one key may repeat (the key merges them)."""
+    breakdown = ("partition", "bucket") if grouping.scorecard else ()
     rows = (qs.annotate(bucket=_bucket())
-            .values(*grouping.names, "partition", "bucket", "own")
+            .values(*grouping.names, *breakdown, "own")
             .annotate(n=Count("pk"), good=Count("pk", filter=Q(wait_s__lte=target)),
                       before_jobs=Count("pk", filter=Q(before_s__gt=0)),
                       waits=SortedValues("pct_s"))
             .order_by())
-    return [(grouping.key(r), r["partition"], r["bucket"], r["own"], r) for r in rows]
+    return [(grouping.key(r), r.get("partition", ""), r.get("bucket", ""), r["own"], r)
+            for r in rows]
 
 
 def _wait_figures(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -145,6 +147,8 @@ def queue_wait(objective: Objective, window: maths.Window, edges: Sequence[datet
         sc = out[key]
         sc.details = _wait_row(counted, own_limits)
         sc.window = Counts(sc.details["good"], sc.details["total"])
+    if not grouping.scorecard:
+        return out
     _wait_days(grouping, qs, window, edges, target, out)
     for (key, partition, bucket), (counted, own_limits) in sorted(
             by_row.items(), key=lambda kv: (str(kv[0][0]), kv[0][1], _bucket_order(kv[0][2]))):
