@@ -1,7 +1,6 @@
-from rest_framework.routers import SimpleRouter
+from django.urls import path
 
 from apps.reports.api import views
 
-router = SimpleRouter()
-router.register("reports/usage", views.UsageReportViewSet, basename="reports-api-usage")
-urlpatterns = router.urls
+urlpatterns = [path("reports/usage/", views.UsageReportView.as_view(),
+                    name="reports-api-usage-list")]

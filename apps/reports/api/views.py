@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import viewsets
+from rest_framework import generics
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,8 +19,9 @@ from apps.reports.api.serializers import ReportSerializer, RowSerializer
 from apps.reports.filters import ReportFilterSet, params_of
 
 
-class UsageReportViewSet(viewsets.GenericViewSet):
-    """GPU-hours, waits, jobs, success and efficiency of the jobs you may see, grouped."""
+class UsageReportView(generics.GenericAPIView):
+    """GPU-hours, waits, jobs, success and efficiency of the jobs you may see, grouped.
+    One report object, not a list (a generic view, not a viewset's ``list``)."""
 
     queryset = Job.objects.none()
     serializer_class = ReportSerializer
@@ -30,7 +31,7 @@ class UsageReportViewSet(viewsets.GenericViewSet):
     required_action = VIEW
 
     @extend_schema(responses={200: ReportSerializer})
-    def list(self, request: Request) -> Response:
+    def get(self, request: Request) -> Response:
         self.filter_queryset(self.queryset)  # unknown or repeated parameters: a 400
         filterset = ReportFilterSet(request.query_params, request=request,
                                     queryset=Job.objects.none())
