@@ -220,8 +220,8 @@ def main(quick: bool) -> Result:
                "the day, jobs started with their nearest-rank wait p50/p90/p95, endings by "
                "rule, measured and useful GPU-seconds; every row is fetched. Beacon runs the "
                "statements' GROUP BY and the three SLO queries with the report's grouping "
-               "(which also count burn windows and the queue-wait breakdown by partition and "
-               "size, unused here), and puts the rows together in Python. The size is "
+               "(their scorecard extras off: burn windows, breakdown, trend days), and puts "
+               "the rows together in Python. The size is "
                "BENCH_REPORTS_JOBS; the issue's 10M is a run with that set."],
     )
 

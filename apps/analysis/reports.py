@@ -7,7 +7,7 @@ says which); this module only names the groups, joins the pieces into rows and t
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import date
 
 from apps.analysis.chargeback import UNKNOWN_MODEL, model_shares
@@ -28,7 +28,7 @@ def dominant_model(gpu_types: Mapping[str, float] | None) -> str:
     return max(sorted(shares), key=lambda m: shares[m]) if shares else UNKNOWN_MODEL
 
 
-@dataclass(frozen=True)
+@dataclass
 class Row:
     """One group in one period. Hours: GPU-hours inside the period (statements' sums);
     ``started``/``ended``: GPU jobs started (waits) and ended (endings counted by the job
@@ -56,8 +56,10 @@ class Row:
 
 
 def add_hours(row: Row, allocated: float, useful: float) -> Row:
-    return replace(row, gpu_hours=row.gpu_hours + allocated,
-                   useful_hours=row.useful_hours + useful)
+    """``row`` with these hours added (in place: reports add up thousands of rows)."""
+    row.gpu_hours += allocated
+    row.useful_hours += useful
+    return row
 
 
 def table(rows: Iterable[Row]) -> list[Row]:
@@ -70,10 +72,11 @@ def total(rows: Sequence[Row]) -> Row:
     """Hours, counts and SLI events added up (percentiles do not add: left empty)."""
     out = Row(group=("Total",))
     for r in rows:
-        out = replace(add_hours(out, r.gpu_hours, r.useful_hours),
-                      started=out.started + r.started, ended=out.ended + r.ended,
-                      success=out.success.plus(r.success),
-                      efficiency=out.efficiency.plus(r.efficiency))
+        add_hours(out, r.gpu_hours, r.useful_hours)
+        out.started += r.started
+        out.ended += r.ended
+        out.success = out.success.plus(r.success)
+        out.efficiency = out.efficiency.plus(r.efficiency)
     return out
 
 

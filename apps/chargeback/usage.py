@@ -17,7 +17,6 @@ statements, quotas' usage or the reconciliation (which then lists them as differ
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -149,19 +148,24 @@ def _period_sums(qs: QuerySet[Job], names: tuple[str, ...], lo: datetime, hi: da
         sums |= {f"{name}_g": Sum(w), f"{name}_s": Sum(w * F("rs")),
                  f"{name}_e": Sum(w * F("re"))}
     rel = [(e - lo).total_seconds() for e in edges]
-    out: dict[str, tuple[dict[str, Any], list[list[float]]]] = {}
+    # per group (its values made hashable: GPU types are dicts), per period, per weight
+    out: dict[tuple[Any, ...], tuple[dict[str, Any], dict[int, list[float]]]] = {}
     for row in qs.values(*names, "sd", "ed").annotate(**sums).order_by():
-        group = {k: row[k] for k in names}
-        key = json.dumps(list(group.values()), sort_keys=True, default=str)  # GPU types: dicts
-        per = out.setdefault(key, (group, [[0.0] * len(weights) for _ in edges[1:]]))[1]
+        key = tuple(_hashable(row[k]) for k in names)
+        entry = out.get(key) or out.setdefault(key, ({k: row[k] for k in names}, {}))
+        per = entry[1]
         for column, name in enumerate(weights):
-            g, s, e = (row[f"{name}_{x}"] or 0.0 for x in "gse")
-            first, values = spread(g, s, e, row["sd"], row["ed"], rel)
+            first, values = spread(row[f"{name}_g"] or 0.0, row[f"{name}_s"] or 0.0,
+                                   row[f"{name}_e"] or 0.0, row["sd"], row["ed"], rel)
             for i, value in enumerate(values, start=first):
-                per[i][column] += value
-    return [(group, i, _hours({n: v for n, v in zip(weights, values, strict=True)}))
-            for group, periods in out.values() for i, values in enumerate(periods)
+                (per.get(i) or per.setdefault(i, [0.0] * len(weights)))[column] += value
+    return [(group, i, _hours(dict(zip(weights, values, strict=True))))
+            for group, periods in out.values() for i, values in sorted(periods.items())
             if values[0] > 0]
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(sorted(value.items())) if isinstance(value, dict) else value
 
 
 def _group_row(row: Mapping[str, Any], slugs: dict[int, str]) -> GroupRow:

@@ -115,8 +115,12 @@ def build(user: Any, params: Params, now: datetime | None = None) -> Report:
     rows: dict[tuple[Hashable, int], rp.Row] = {}
 
     def row(group: Hashable, period: int) -> rp.Row:
-        values = cast(tuple[Any, ...], group)
-        return rows.get((group, period)) or rp.Row(group=tuple(map(str, values)), period=period)
+        """The group's row in the period, made on first use (later sources fill it in)."""
+        found = rows.get((group, period))
+        if found is None:
+            values = cast(tuple[Any, ...], group)
+            found = rows[(group, period)] = rp.Row(group=tuple(map(str, values)), period=period)
+        return found
 
     _hours(jobs, params.group, edges, now, rows, row)
     _waits(jobs, params.group, window, edges, rows, row)
@@ -141,8 +145,7 @@ def _hours(jobs: QuerySet[Job], dims: Sequence[str], edges: Sequence[datetime],
             else {None: 1.0}
         for model, share in shares.items():
             group = tuple(model if d == "gpu_model" else values[_col(d)] for d in dims)
-            h = hours.scaled(share)
-            rows[(group, period)] = rp.add_hours(row(group, period), h.allocated, h.useful)
+            rp.add_hours(row(group, period), hours.allocated * share, hours.useful * share)
 
 
 def _waits(jobs: QuerySet[Job], dims: Sequence[str], window: maths.Window,
@@ -154,10 +157,9 @@ def _waits(jobs: QuerySet[Job], dims: Sequence[str], window: maths.Window,
                                [window.start, window.observed_end], jobs, grouping)
     for key, sc in parts.items():
         group, period = cast(tuple[Hashable, int], key)  # the grouping's key with g_period
-        d = sc.details
-        rows[(group, period)] = replace(row(group, period), started=d["total"] + d["own_jobs"],
-                                        wait_p50=d["p50"], wait_p90=d["p90"],
-                                        wait_p95=d["p95"])
+        d, r = sc.details, row(group, period)
+        r.started = d["total"] + d["own_jobs"]
+        r.wait_p50, r.wait_p90, r.wait_p95 = d["p50"], d["p90"], d["p95"]
 
 
 def _success_and_efficiency(jobs: QuerySet[Job], dims: Sequence[str], window: maths.Window,
@@ -169,14 +171,14 @@ def _success_and_efficiency(jobs: QuerySet[Job], dims: Sequence[str], window: ma
     for group, sc in success.items():
         for period, counts in enumerate(sc.days):
             if counts.total:
-                rows[(group, period)] = replace(row(group, period), ended=int(counts.total),
-                                                success=counts)
+                r = row(group, period)
+                r.ended, r.success = int(counts.total), counts
     efficiency = queries.gpu_efficiency(_objective(Objective.Sli.GPU_EFFICIENCY), window,
                                         edges, jobs, grouping)
     for group, sc in efficiency.items():
         for period, counts in enumerate(sc.days):
             if counts.total:
-                rows[(group, period)] = replace(row(group, period), efficiency=counts)
+                row(group, period).efficiency = counts
 
 
 def _named(rows: list[rp.Row], dims: Sequence[str]) -> list[rp.Row]:
