@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "apps.security",
     "apps.slo",
     "apps.guardrails",
+    "apps.reports",
     "apps.shell",
     "apps.demo",
 ]

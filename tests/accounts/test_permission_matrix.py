@@ -248,6 +248,9 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("get", "audit-list", NO_ARGS, admin_only()),
     ("get", "chargeback-home", NO_ARGS, everyone(200)),
     ("get", "chargeback-my-usage", NO_ARGS, everyone(200)),
+    ("get", "reports-usage", NO_ARGS, everyone(200)),
+    ("get", "reports-usage-export", NO_ARGS, everyone(200)),
+    ("post", "reports-usage", NO_ARGS, {**everyone(403), "staff": 405}),
     ("get", "chargeback-month-export", MONTH_CSV, everyone(200)),
     ("get", "chargeback-statement", STATEMENT, team_a_leads()),
     ("post", "chargeback-statement", STATEMENT, admin_post(405)),
@@ -268,6 +271,7 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     # no Slurm backend on the test cluster: the preview shows the error on the form (200)
     ("post", "quotas-edit", ACCOUNT_A, admin_post(200)),
     ("get", "api:chargeback-usage-list", NO_ARGS, everyone(200, anon=401)),
+    ("get", "api:reports-api-usage-list", NO_ARGS, everyone(200, anon=401)),
     ("get", "api:chargeback-rate-list", NO_ARGS, everyone(200, anon=401)),
     ("post", "api:chargeback-rate-list", NO_ARGS, api_admin_write(415)),  # JSON only
     ("get", "api:chargeback-rate-detail", RATE, everyone(200, anon=401)),
