@@ -129,6 +129,12 @@ else:
     DATABASES = {"default": sqlite_database(private_dir(DATA_DIR) / "beacon.sqlite3")}
 if "sqlite3" in str(DATABASES["default"]["ENGINE"]):
     private_file(Path(str(DATABASES["default"]["NAME"])))  # 0600 (apps/core/sqlite.py)
+# The archive's per-GPU and per-node tables are partitioned by month on PostgreSQL
+# (apps/jobs/partitions.py): beat creates this many months of partitions ahead, daily
+ARCHIVE_PARTITIONS_AHEAD = env_int("ARCHIVE_PARTITIONS_AHEAD", 3, minimum=1)
+# Months of per-GPU and per-node archive kept before the current one; older months are
+# detached and dropped whole (0: keep everything). Job-level figures (JobMetrics) stay.
+ARCHIVE_RETENTION_MONTHS = env_int("ARCHIVE_RETENTION_MONTHS", 0, minimum=0)
 
 # --- Auth and sessions ---------------------------------------------------------------
 
@@ -310,7 +316,8 @@ TASK_KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
         "apps.jobs.tasks.collect_traces", "apps.jobs.tasks.collect_all_traces")),
     # a job's metrics archived from Prometheus
     "archive": (env_int("TASK_TIME_LIMIT_ARCHIVE", 900, minimum=30), (
-        "apps.jobs.tasks.archive_job", "apps.jobs.tasks.archive_pending")),
+        "apps.jobs.tasks.archive_job", "apps.jobs.tasks.archive_pending",
+        "apps.jobs.tasks.maintain_archive_partitions")),
     # security detection of a cluster; keep it under SECURITY_CLAIM_EXPIRY
     "detection": (env_int("TASK_TIME_LIMIT_DETECTION", 1500, minimum=60), (
         "apps.security.tasks.detect_cluster",)),
@@ -352,6 +359,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
                         "kwargs": {"keep_days": TASK_RUN_KEEP_DAYS}},
     "sweep-stale-runs": {"task": "apps.core.tasks.sweep_stale_runs", "schedule": 900.0,
                          "kwargs": {"older_than_minutes": TASK_RUN_STALE_MINUTES}},
+    # The archive's monthly partitions, ahead and past retention (apps/jobs/partitions.py)
+    "archive-partitions": {"task": "apps.jobs.tasks.maintain_archive_partitions",
+                           "schedule": 24 * 3600.0},
     # Safety net behind the end-of-job hook: archive finished jobs nobody archived yet.
     "archive-pending-jobs": {"task": "apps.jobs.tasks.archive_pending", "schedule": 300.0},
     # Traces from TRACE_ROOT (apps/jobs/tasks.py), per cluster; nothing to do while unset.

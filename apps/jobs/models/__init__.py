@@ -1,16 +1,16 @@
 """The ``jobs`` app's models, one module per part; Django finds them all here.
 
-``jobs`` (the Slurm record, GPU intervals, the metric archive) <- ``traces`` (trace
+``jobs`` (the Slurm record, GPU intervals, the job-level metrics) <- ``archive`` (per-GPU and
+per-node rows, partitioned by month on PostgreSQL), ``traces`` (trace
 analyses) and ``diagnosis`` (rules and findings): the parts import ``jobs``, never the reverse.
 """
 
+from apps.jobs.models.archive import JobMetricSummary, JobNodeMetrics
 from apps.jobs.models.diagnosis import DiagnosisCondition, DiagnosisRule, JobFinding
 from apps.jobs.models.jobs import (
     Job,
     JobGpu,
     JobMetrics,
-    JobMetricSummary,
-    JobNodeMetrics,
 )
 from apps.jobs.models.traces import TraceRankPhases, TraceRun
 

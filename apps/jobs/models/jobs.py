@@ -6,7 +6,7 @@ always as an upsert on (cluster, job_id).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -14,7 +14,7 @@ from django.db import models
 from django.db.models import Q
 
 from apps.accounts.models import Membership
-from apps.analysis.health import NodeHealth
+from apps.analysis.months import archive_months
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -184,6 +184,19 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id}:{self.display_id}"
+
+    def archived_gpus(self) -> models.QuerySet[Any]:
+        """This job's ``JobMetricSummary`` rows, read from its months' partitions only."""
+        return self.metric_summaries.filter(month__in=self.archive_months)
+
+    def archived_nodes(self) -> models.QuerySet[Any]:
+        """This job's ``JobNodeMetrics`` rows, read from its months' partitions only."""
+        return self.node_metrics.filter(month__in=self.archive_months)
+
+    @property
+    def archive_months(self) -> tuple[date, ...]:
+        """The archive partitions this job's rows can be in (``apps/analysis/months.py``)."""
+        return archive_months(self.submit_time, self.end_time)
 
     @property
     def is_held_back(self) -> bool:
@@ -389,112 +402,3 @@ class JobMetrics(models.Model):
             return False
         done = [t for t in (self.computed_at, self.last_error_at) if t is not None]
         return not done or asked > max(done)
-
-
-class JobMetricSummary(models.Model):
-    """One GPU of one job: activity statistics, the time split, and a compact series.
-
-    ``series`` holds about 300 down-sampled points per channel (``apps/analysis/compact``):
-    a few KB per GPU-job, so months of jobs stay queryable after Prometheus' retention.
-    """
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metric_summaries")
-    host = models.CharField(max_length=128)
-    gpu_index = models.PositiveSmallIntegerField()
-    gpu_uuid = models.CharField(max_length=64, blank=True)
-    measure = models.CharField(max_length=24)
-    measured_s = models.FloatField()
-    mean = models.FloatField()
-    p5 = models.FloatField()
-    p50 = models.FloatField()
-    p95 = models.FloatField()
-    idle_fraction = models.FloatField()
-    useful = models.FloatField()
-    waiting = models.FloatField()
-    held_idle = models.FloatField()
-    no_process = models.FloatField()
-    util_mean = models.FloatField(null=True, blank=True)
-    tensor_mean = models.FloatField(null=True, blank=True)
-    fb_used_mib = models.FloatField(null=True, blank=True)
-    power_w = models.FloatField(null=True, blank=True)
-    waiting_with_traffic = models.FloatField(null=True, blank=True)
-    # Health and traffic (apps/analysis/health.py): None where the series was not collected
-    occupancy_mean = models.FloatField(null=True, blank=True)
-    fp64_mean = models.FloatField(null=True, blank=True)
-    dram_mean = models.FloatField(null=True, blank=True)
-    temp_mean = models.FloatField(null=True, blank=True, help_text="°C")
-    temp_max = models.FloatField(null=True, blank=True, help_text="°C")
-    sm_clock_busy = models.FloatField(null=True, blank=True, help_text="MHz while busy")
-    thermal_share = models.FloatField(null=True, blank=True)
-    power_share = models.FloatField(null=True, blank=True)
-    hw_slowdown_share = models.FloatField(null=True, blank=True)
-    xids = models.JSONField(default=list, blank=True, help_text="XID codes seen")
-    ecc_sbe = models.IntegerField(null=True, blank=True)
-    ecc_dbe = models.IntegerField(null=True, blank=True)
-    nvlink_bps = models.FloatField(null=True, blank=True)
-    pcie_rx_bps = models.FloatField(null=True, blank=True)
-    pcie_tx_bps = models.FloatField(null=True, blank=True)
-    straggler = models.BooleanField(default=False, help_text="named by the straggler verdict")
-    slowdown = models.FloatField(null=True, blank=True, help_text="0.5: 50 % slower per step")
-    series = models.BinaryField(blank=True, default=b"")
-
-    class Meta:
-        ordering = ["job", "host", "gpu_index"]
-        constraints = [models.UniqueConstraint(fields=["job", "host", "gpu_index"],
-                                               name="jobmetricsummary_unique")]
-        indexes = [
-            # "a GPU slow across several jobs": straggler verdicts by physical GPU
-            models.Index(fields=["gpu_uuid"], condition=Q(straggler=True),
-                         name="jobmetricsummary_straggler"),
-            models.Index(fields=["host", "gpu_index"], condition=Q(straggler=True),
-                         name="jobmetricsummary_strag_host"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.job_id} {self.host}:{self.gpu_index}"
-
-
-
-class JobNodeMetrics(models.Model):
-    """One node of one job: CPU, memory, InfiniBand, Ethernet and file-system traffic, errors.
-
-    Node-shared: every job on the node sees the same numbers (node_exporter has no job
-    label), so pages mark these charts as such. Written only by ``apps/jobs/archive.py``.
-    """
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="node_metrics")
-    host = models.CharField(max_length=128)
-    cpu_busy = models.FloatField(null=True, blank=True,
-                                 help_text="mean share of the node's CPU time not idle")
-    mem_used_bytes = models.FloatField(null=True, blank=True,
-                                       help_text="peak memory in use (MemTotal - MemAvailable)")
-    ib_tx_bps = models.FloatField(null=True, blank=True)
-    ib_rx_bps = models.FloatField(null=True, blank=True)
-    ib_wait_per_s = models.FloatField(null=True, blank=True,
-                                      help_text="transmit-wait ticks per second")
-    ib_errors = models.FloatField(null=True, blank=True,
-                                  help_text="link error recoveries and downs in the job")
-    ib_rate_min_bps = models.FloatField(null=True, blank=True,
-                                        help_text="slowest port's line rate")
-    ib_rate_max_bps = models.FloatField(null=True, blank=True)
-    net_tx_bps = models.FloatField(null=True, blank=True)
-    net_rx_bps = models.FloatField(null=True, blank=True)
-    fs_read_bps = models.FloatField(null=True, blank=True,
-                                    help_text="network file-system bytes read per second (NFS)")
-    fs_write_bps = models.FloatField(null=True, blank=True)
-    series = models.BinaryField(blank=True, default=b"")
-
-    class Meta:
-        ordering = ["job", "host"]
-        verbose_name_plural = "job node metrics"
-        constraints = [models.UniqueConstraint(fields=["job", "host"],
-                                               name="jobnodemetrics_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.job_id} {self.host}"
-
-    @property
-    def ib_degraded(self) -> bool:
-        """One InfiniBand port runs slower than the node's fastest (the rule in health.py)."""
-        return NodeHealth(self.host, ib_rate_min_bps=self.ib_rate_min_bps,
-                          ib_rate_max_bps=self.ib_rate_max_bps).ib_degraded
