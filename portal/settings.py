@@ -79,6 +79,8 @@ MIDDLEWARE = [
     "apps.core.middleware.ServerTimingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # before sessions and auth, whose reads it routes (apps/core/replica.py)
+    "apps.core.replica.ReplicaMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     # per-address API rate limit, before authentication (apps/core/api/throttles.py)
@@ -129,6 +131,22 @@ else:
     DATABASES = {"default": sqlite_database(private_dir(DATA_DIR) / "beacon.sqlite3")}
 if "sqlite3" in str(DATABASES["default"]["ENGINE"]):
     private_file(Path(str(DATABASES["default"]["NAME"])))  # 0600 (apps/core/sqlite.py)
+# A PostgreSQL streaming replica for page and API reads (apps/core/replica.py; unset: every
+# read goes to DATABASE_URL). Same form as DATABASE_URL; the replica's connect timeout is 3 s
+# unless the URL sets one.
+DATABASE_REPLICA_URL = env_str("DATABASE_REPLICA_URL")
+if DATABASE_REPLICA_URL:
+    DATABASES["replica"] = database_from_url(DATABASE_REPLICA_URL)
+    DATABASES["replica"]["OPTIONS"] = {"connect_timeout": "3",
+                                       **DATABASES["replica"]["OPTIONS"]}  # type: ignore[dict-item]
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+DATABASE_ROUTERS = ["apps.core.replica.ReplicaRouter"]
+# Seconds the replica may lag (pg_last_xact_replay_timestamp) before reads go to the primary
+DATABASE_REPLICA_MAX_LAG = env_int("DATABASE_REPLICA_MAX_LAG", 5, minimum=0)
+# Seconds a browser reads the primary after a request of theirs wrote (read-your-writes)
+DATABASE_REPLICA_STICKY = env_int("DATABASE_REPLICA_STICKY", 15, minimum=1)
+# Seconds between a process's checks of the replica's lag and reachability
+DATABASE_REPLICA_CHECK_EVERY = env_int("DATABASE_REPLICA_CHECK_EVERY", 5, minimum=1)
 # The archive's per-GPU and per-node tables are partitioned by month on PostgreSQL
 # (apps/jobs/partitions.py): beat creates this many months of partitions ahead, daily
 ARCHIVE_PARTITIONS_AHEAD = env_int("ARCHIVE_PARTITIONS_AHEAD", 3, minimum=1)
