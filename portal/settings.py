@@ -140,6 +140,13 @@ if DATABASE_REPLICA_URL:
     DATABASES["replica"]["OPTIONS"] = {"connect_timeout": "3",
                                        **DATABASES["replica"]["OPTIONS"]}  # type: ignore[dict-item]
     DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+# Behind pgbouncer in transaction pooling mode (docs/DEPLOY.md): no server-side cursors, since a
+# named cursor would outlive the transaction pgbouncer lent its server connection for (Django
+# already leaves psycopg's prepared statements off)
+DATABASE_TRANSACTION_POOLING = env_bool("DATABASE_TRANSACTION_POOLING", False)
+for _db in DATABASES.values():
+    if DATABASE_TRANSACTION_POOLING and "postgresql" in str(_db["ENGINE"]):
+        _db["DISABLE_SERVER_SIDE_CURSORS"] = True
 DATABASE_ROUTERS = ["apps.core.replica.ReplicaRouter"]
 # Seconds the replica may lag (pg_last_xact_replay_timestamp) before reads go to the primary
 DATABASE_REPLICA_MAX_LAG = env_int("DATABASE_REPLICA_MAX_LAG", 5, minimum=0)
