@@ -32,6 +32,7 @@ BENCHMARKS = [
     "chargeback",     # issue 8: a month's statements vs a hand-written GROUP BY
     "slo",            # issue 7: 50 teams' scorecards vs hand-written SQL; the page's time
     "detect_scale",   # issue 17: one live detection window at 1k-10k GPUs
+    "archive_drop",   # issue 29: dropping a month of the partitioned archive
 ]
 SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 

@@ -20,6 +20,7 @@ long reader must make this run fail and retry later, not queue every page behind
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -46,6 +47,7 @@ class Partition:
     month: date | None
     rows: int  # the planner's estimate (-1: never analysed)
     bytes: int
+    attached: bool = True  # False: detached by a drop that failed before its DROP
 
 
 @dataclass
@@ -97,6 +99,18 @@ def _month(bound: str) -> date | None:
     return date(int(match[1]), int(match[2]), 1) if match else None
 
 
+def detached(table: str) -> list[Partition]:
+    """Month tables of ``table`` left detached by a drop that stopped between its steps."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname, reltuples::bigint, pg_total_relation_size(oid) FROM pg_class "
+            "WHERE relname ~ %s AND relkind = 'r' AND NOT relispartition",
+            [f"^{table}_p[0-9]{{4}}_[0-9]{{2}}$"])
+        rows = cursor.fetchall()
+    return [Partition(table, name, date(int(name[-7:-3]), int(name[-2:]), 1), int(n), int(size),
+                      attached=False) for name, n, size in rows]
+
+
 def months_in_default(table: str) -> list[date]:
     """Months that have rows in the default partition (each should get its own)."""
     with connection.cursor() as cursor:
@@ -116,7 +130,7 @@ def plan(today: date, ahead: int, keep: int) -> Plan:
         wanted = set(months_ahead(today, ahead)) | set(months_in_default(table))
         out.create += [(table, m) for m in sorted(wanted - have)]
         old = set(expired(have, today, keep))
-        out.drop += [p for p in partitions(table) if p.month in old]
+        out.drop += [p for p in partitions(table) if p.month in old] + detached(table)
     return out
 
 
@@ -150,14 +164,27 @@ def create_month(table: str, month: date) -> None:
                        f"FOR VALUES FROM ('{lo}') TO ('{hi}')")
 
 
-def drop_partition(part: Partition) -> None:
-    """Detach ``part`` from its table and drop it: the month's rows go at once."""
+def drop_partition(part: Partition) -> tuple[float, float]:
+    """Detach ``part`` from its table, then drop it: the month's rows go at once.
+
+    Two transactions: the DETACH is the only step that locks the archive table (briefly);
+    the DROP frees the files (its commit truncates them, which takes file-system time that
+    grows with the month's size) holding a lock only on the detached table, which nobody
+    reads. Returns the seconds of each step. A detached table left behind by a failed drop
+    is named ``<partition>`` and no longer part of the archive; the next run drops it.
+    """
     if part.month is None:
         raise ValueError("the default partition is never dropped")
+    start = time.perf_counter()
+    if part.attached:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+            cursor.execute(f'ALTER TABLE "{part.table}" DETACH PARTITION "{part.name}"')
+    detached_at = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-        cursor.execute(f'ALTER TABLE "{part.table}" DETACH PARTITION "{part.name}"')
         cursor.execute(f'DROP TABLE "{part.name}"')
+    return detached_at - start, time.perf_counter() - detached_at
 
 
 def maintain(now: datetime | None = None, *, ahead: int | None = None,

@@ -56,6 +56,7 @@ FAILURES = {
     "chargeback": POSTGRES_DOWN,
     "slo": POSTGRES_DOWN,
     "detect_scale": ({"PATH": "{empty}"}, "`prometheus` is not installed"),
+    "archive_drop": POSTGRES_DOWN,
 }
 
 

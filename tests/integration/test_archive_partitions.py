@@ -171,3 +171,14 @@ def test_the_archive_write_path_replaces_a_running_jobs_rows_under_its_end_month
     assert _where(JobMetricSummary, job) == {"jobs_jobmetricsummary_p2026_11"}
     assert JobMetricSummary.objects.filter(job=job).count() == 2
     assert _where(JobNodeMetrics, job) == {"jobs_jobnodemetrics_p2026_11"}
+
+
+def test_a_month_left_detached_by_a_failed_drop_is_dropped_by_the_next_run(world: Any) -> None:
+    partitions.create_month("jobs_jobnodemetrics", date(2024, 1, 1))
+    with connection.cursor() as cursor:  # a drop that stopped after its DETACH
+        cursor.execute('ALTER TABLE "jobs_jobnodemetrics" DETACH PARTITION '
+                       '"jobs_jobnodemetrics_p2024_01"')
+    todo = partitions.plan(NOW.date(), ahead=0, keep=0)
+    assert [p.name for p in todo.drop] == ["jobs_jobnodemetrics_p2024_01"]
+    partitions.apply(todo)
+    assert partitions.detached("jobs_jobnodemetrics") == []
