@@ -156,7 +156,7 @@ def _result(quick: bool, big: int, run: dict[str, Any]) -> Result:
                 "path": "apps.jobs.partitions.drop_partition (what ARCHIVE_RETENTION_MONTHS "
                         "runs), per table: ALTER TABLE ... DETACH PARTITION (commit), then "
                         "DROP TABLE of the detached table (commit)",
-                "database": "PostgreSQL 15, partitioned archive tables (migration jobs.0024)"},
+                "database": "PostgreSQL 15, partitioned archive tables (migration jobs.0025)"},
         columns=["month", "GPU-jobs", "size (both tables)", "partition", "how",
                  "detach (archive locked)", "drop (files freed)", "total"],
         rows=_in_plan_order(run),

@@ -1,7 +1,7 @@
 """Monthly partitions of the archive tables on PostgreSQL: created ahead, dropped whole.
 
 ``JobMetricSummary`` and ``JobNodeMetrics`` (``apps/jobs/models/archive.py``) are range
-partitioned by ``month`` on PostgreSQL (migration ``jobs.0024``); SQLite keeps them as plain
+partitioned by ``month`` on PostgreSQL (migration ``jobs.0025``); SQLite keeps them as plain
 tables and everything here is a no-op there. Each table has:
 
 - one partition per month, ``<table>_pYYYY_MM``, created ``ARCHIVE_PARTITIONS_AHEAD`` months
@@ -68,7 +68,7 @@ class Plan:
 
 
 def partitioned() -> bool:
-    """The archive tables are partitioned here (PostgreSQL, after migration jobs.0024)."""
+    """The archive tables are partitioned here (PostgreSQL, after migration jobs.0025)."""
     if connection.vendor != "postgresql":
         return False
     with connection.cursor() as cursor:
@@ -213,7 +213,7 @@ def _stats(todo: Plan, keep: int) -> dict[str, Any]:
             "cutoff": todo.cutoff.isoformat() if todo.cutoff else None}
 
 
-# --- Converting the tables (migration jobs.0024) -----------------------------------------
+# --- Converting the tables (migration jobs.0025) -----------------------------------------
 
 
 def convert(schema_editor: Any, ahead: int = 3) -> None:

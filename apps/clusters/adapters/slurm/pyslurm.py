@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from apps.clusters.adapters.slurm import parse
+from apps.clusters.adapters.slurm import parse, requested
 from apps.clusters.adapters.slurm import types as st
 from apps.core.errors import AdapterError, TransientAdapterError
 
@@ -233,6 +233,8 @@ def job_from_pyslurm(job: Any) -> st.SlurmJob:
         cpus=tres.get("cpu", 0), memory_mb=tres.get("mem", 0), mem_peak_mb=_peak_rss_mb(job),
         gpus=gpus, gpu_shards=shards, gpu_types=types, tres_alloc=parse._tres_text(tres),
         gpu_source=st.GpuSource.ACCOUNTING if gpus or shards else "",
+        requested=requested.from_tres(_tres_dict(job.requested_tres), _int(job.time_limit),
+                                      str(job.submit_command or "")),
     )
 
 
@@ -245,7 +247,8 @@ def _queue_entry(job: Any) -> st.QueueEntry:
         job_id=int(job.id), state=state, user_name=str(job.user_name or ""),
         reason=_reason(job.state_reason) if pending else "",
         estimated_start=_ts(job.start_time) if pending else None,
-        array_job_id=array_job, array_task_id=task)
+        array_job_id=array_job, array_task_id=task,
+        requested=requested.from_tres(_tres_dict(job.requested_tres), _int(job.time_limit)))
 
 
 def _gpu_models(gres: Mapping[str, Any] | None) -> tuple[dict[str, int], int]:

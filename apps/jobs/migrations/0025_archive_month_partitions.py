@@ -40,7 +40,7 @@ def unpartition(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0023_metrics_gpu_vendor'),
+        ('jobs', '0024_roofline_pipes'),
     ]
 
     operations = [
