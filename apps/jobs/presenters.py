@@ -70,11 +70,11 @@ def metrics_card(job: Job) -> dict[str, Any]:
         return card
     card["idleness"] = job_idleness(job, metrics)
     card["facts_at"] = figures_at(job, metrics)
-    summaries = list(job.metric_summaries.order_by("host", "gpu_index"))
+    summaries = list(job.archived_gpus().order_by("host", "gpu_index"))
     hours = {key: getattr(metrics, field) for key, field in SPLIT_FIELDS}
     total = sum(hours.values()) or 1.0
     series = {f"{s.host}:{s.gpu_index}": compact.decode(bytes(s.series)) for s in summaries}
-    nodes = list(job.node_metrics.all())
+    nodes = list(job.archived_nodes())
     single = len(summaries) == 1  # no peer GPU: no NVLink, no collective to wait in
     gpu_panels = gpu_figures(metrics, series, single)
     card.update(
@@ -235,7 +235,7 @@ def straggler_panel(metrics: JobMetrics) -> dict[str, Any]:
     detail = metrics.straggler_detail or {}
     named = [s["gpu"] for s in detail.get("stragglers", [])]
     rows = [(f"{s.host}:{s.gpu_index}", s.useful, s.waiting)
-            for s in metrics.job.metric_summaries.all()]
+            for s in metrics.job.archived_gpus()]
     return {
         "status": metrics.straggler_status, "label": metrics.get_straggler_status_display(),
         "confidence": metrics.straggler_confidence, "summary": metrics.straggler_summary,
@@ -323,9 +323,9 @@ def series_payload(job: Job) -> dict[str, Any]:
     """The archived series of the job's GPUs and nodes, decoded (the API's series view)."""
     metrics = JobMetrics.objects.filter(job=job).first()
     gpus = [{"name": f"{s.host}:{s.gpu_index}", "channels": compact.decode(bytes(s.series))}
-            for s in job.metric_summaries.all()]
+            for s in job.archived_gpus()]
     nodes = [{"name": n.host, "channels": compact.decode(bytes(n.series))}
-             for n in job.node_metrics.all()]
+             for n in job.archived_nodes()]
     return {"start": metrics.window_start if metrics else None,
             "step_s": metrics.step_s if metrics else 0.0,
             "points": metrics.points if metrics else 0, "gpus": gpus, "nodes": nodes}

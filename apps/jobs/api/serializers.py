@@ -184,9 +184,9 @@ class JobMetricsSerializer(serializers.ModelSerializer):
     """A job's stored GPU metrics: efficiency, the straggler verdict, per GPU and per node."""
 
     straggler = StragglerSerializer(source="*", read_only=True)
-    gpus = JobMetricSummarySerializer(many=True, source="job.metric_summaries",
+    gpus = JobMetricSummarySerializer(many=True, source="job.archived_gpus",
                                       read_only=True)
-    nodes = JobNodeMetricsSerializer(many=True, source="job.node_metrics", read_only=True)
+    nodes = JobNodeMetricsSerializer(many=True, source="job.archived_nodes", read_only=True)
 
     class Meta:
         model = JobMetrics
