@@ -370,6 +370,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
                      "schedule": float(env_int("SLURM_SYNC_SHARES_EVERY", 300, minimum=30))},
     "slurm-labels": {"task": "apps.clusters.tasks.sync_all_clusters", "args": ("labels",),
                      "schedule": float(env_int("SLURM_LABEL_EVERY", 120, minimum=30))},
+    # Reservations and QOS limits (apps/clusters/sync_limits.py): read by the live cluster view.
+    "slurm-limits": {"task": "apps.clusters.tasks.sync_all_clusters", "args": ("limits",),
+                     "schedule": float(env_int("SLURM_SYNC_LIMITS_EVERY", 120, minimum=30))},
     # Chargeback (apps/chargeback): the open months' draft statements, rewritten in place.
     "chargeback-drafts": {"task": "apps.chargeback.tasks.refresh_drafts",
                           "schedule": float(CHARGEBACK_REFRESH_EVERY)},

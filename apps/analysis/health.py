@@ -54,6 +54,9 @@ class GpuHealth:
     ecc_dbe: int | None = None
     occupancy_mean: float | None = None
     fp64_mean: float | None = None
+    fp32_mean: float | None = None  # the roofline's other pipes (apps/analysis/roofline.py)
+    fp16_mean: float | None = None
+    valu_mean: float | None = None  # AMD's vector ALU
     dram_mean: float | None = None
     nvlink_bps: float | None = None
     pcie_rx_bps: float | None = None
@@ -103,6 +106,9 @@ def gpu_health(series: Mapping[str, Series], window: Window) -> GpuHealth:
         ecc_sbe=_new_errors(values.get("ecc_sbe")), ecc_dbe=_new_errors(values.get("ecc_dbe")),
         occupancy_mean=_mean(_values(values.get("sm_occupancy"))),
         fp64_mean=_mean(_values(values.get("fp64_active"))),
+        fp32_mean=_mean(_values(values.get("fp32_active"))),
+        fp16_mean=_mean(_values(values.get("fp16_active"))),
+        valu_mean=_mean(_values(values.get("valu_active"))),
         dram_mean=_mean(_values(values.get("dram_active"))),
         nvlink_bps=_sum_means(values, ("nvlink_tx", "nvlink_rx")),
         pcie_rx_bps=_mean(_values(values.get("pcie_rx"))),

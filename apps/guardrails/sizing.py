@@ -31,6 +31,7 @@ from django.db.models import Prefetch
 
 from apps.accounts.models import Membership, Team
 from apps.analysis import compact
+from apps.analysis.figures import gpu_hours_text
 from apps.analysis.guardrails_sizing import (
     FinishedJob,
     GpuUse,
@@ -220,7 +221,7 @@ def user_digest_text(items: Sequence[JobAdvice], monday: date) -> tuple[str, str
     lines = [f"Your GPU jobs that ended in the week of {monday:%Y-%m-%d} asked for more than "
              f"they used. Asking for what a job needs gets it started sooner (the scheduler "
              f"fits it in earlier) and leaves the rest to others. The advice below would have "
-             f"saved {total:.1f} GPU-hours.", ""]
+             f"saved {gpu_hours_text(total)}.", ""]
     for a in items[:20]:
         job = a.job
         lines.append(f"Job {job.display_id} \"{job.name}\" on {job.cluster.name} "
@@ -255,10 +256,10 @@ def team_digest_text(team: Team, items: Sequence[JobAdvice], monday: date) -> tu
     """The leads' digest: waste by kind in GPU-hours, then who and which jobs."""
     waste = waste_by_kind([r for a in items for r in a.recommendations])
     lines = [f"Team {team.name}, GPU jobs that ended in the week of {monday:%Y-%m-%d}: "
-             f"{len(items)} asked for more than they used.", "", "Waste by kind (GPU-hours):"]
+             f"{len(items)} asked for more than they used.", "", "Waste by kind:"]
     for kind in ("gpus", "mig", "time"):
         if kind in waste:
-            lines.append(f"  {KIND_WORDS[kind]}: {waste[kind]:.1f}"
+            lines.append(f"  {KIND_WORDS[kind]}: {gpu_hours_text(waste[kind])}"
                          + (" (not charged, but it keeps the scheduler from backfilling)"
                             if kind == "time" else ""))
     mem = [r for a in items for r in a.recommendations if r.kind == "mem"]
@@ -268,10 +269,11 @@ def team_digest_text(team: Team, items: Sequence[JobAdvice], monday: date) -> tu
     by_user: dict[str, float] = {}
     for a in items:
         by_user[a.job.user_name] = by_user.get(a.job.user_name, 0.0) + a.waste
-    lines += ["", "By user (GPU-hours held idle or on whole GPUs a slice would serve):"]
-    lines += [f"  {name}: {hours:.1f}" for name, hours in
+    lines += ["", "By user (held idle, or on whole GPUs a slice would serve):"]
+    lines += [f"  {name}: {gpu_hours_text(hours)}" for name, hours in
               sorted(by_user.items(), key=lambda kv: -kv[1])[:10] if hours > 0] or ["  none"]
     lines += ["", "Largest jobs:"]
-    lines += [f"  {a.job.display_id} ({a.job.user_name}) {a.waste:.1f} GPU-h: {job_url(a.job)}"
+    lines += [f"  {a.job.display_id} ({a.job.user_name}) {gpu_hours_text(a.waste)}: "
+              f"{job_url(a.job)}"
               for a in sorted(items, key=lambda a: -a.waste)[:10] if a.waste > 0]
     return f"[Beacon] Team {team.name}: right-sizing, week of {monday:%Y-%m-%d}", "\n".join(lines)

@@ -149,6 +149,7 @@ class OpenMetricsSource:
         result = JobTelemetry(plan(window, self.catalogue.scrape_interval), read.binding)
         result.gpus, result.nodes = read.gpus, read.nodes
         result.vendors = {key: self.catalogue.vendor_of(m) for key, m in read.gpus.items()}
+        result.models = self.catalogue.models_of(read.gpus)
         return result
 
     def files_for(self, window: Window) -> list[Path]:

@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from itertools import zip_longest
 from typing import Any
 
+from apps.analysis.gpu_peaks import pipe_words
+from apps.analysis.roofline import Roofline, RooflinePoint
 from apps.analysis.vendors import measure_words
 from apps.core.figures import legend_below
 
@@ -281,3 +283,58 @@ def _rank_label(rank: int, straggler: int | None, phase: str, waiting: Sequence[
     if rank in waiting:
         return f"rank {rank} (waited)"
     return f"rank {rank}"
+
+
+# --- The roofline (issue 30) ---------------------------------------------------------------
+
+BOUND_COLOURS = {"memory": "#b35900", "compute": "#1a7f37"}
+_ROOF_DASH = ("solid", "dash", "dot", "dashdot")
+
+
+def roofline_chart(result: Roofline) -> Figure:
+    """The job's GPUs on its model's roofline: log-log, FLOP/byte against TFLOP/s.
+
+    The memory roof rises from the left to the highest pipe's ridge; each pipe's peak is a
+    flat roof from its own ridge on. One marker per GPU drawn (``RooflinePoint.plotted``),
+    coloured by what bounds it. Only a ready result has roofs to draw.
+    """
+    peaks = result.peaks
+    assert peaks is not None, "a roofline needs its model's peaks"
+    drawn = [p for p in result.points if p.plotted]
+    ridges = peaks.ridge
+    lo = min([0.1, *(p.intensity / 4 for p in drawn if p.intensity)])
+    hi = max([max(ridges.values()) * 20, *(p.intensity * 4 for p in drawn if p.intensity)])
+    bw = peaks.memory_bps
+    top = max(ridges, key=lambda pipe: ridges[pipe])
+    data: list[dict[str, Any]] = [{
+        "type": "scatter", "mode": "lines", "name": f"HBM {bw / 1e12:g} TB/s",
+        "x": [lo, ridges[top]], "y": [lo * bw / 1e12, peaks.pipes[top] / 1e12],
+        "line": {"color": "#3056d3", "width": 2}, "hoverinfo": "name"}]
+    for i, (pipe, peak) in enumerate(sorted(peaks.pipes.items(), key=lambda kv: -kv[1])):
+        data.append({"type": "scatter", "mode": "lines", "hoverinfo": "name",
+                     "name": f"{pipe_words(pipe, peaks.vendor)} {peak / 1e12:g} TFLOP/s",
+                     "x": [ridges[pipe], hi], "y": [peak / 1e12, peak / 1e12],
+                     "line": {"color": "#667085", "width": 1.5,
+                              "dash": _ROOF_DASH[i % len(_ROOF_DASH)]}})
+    for bound in ("memory", "compute"):
+        mine = [p for p in drawn if p.bound == bound]
+        if mine:
+            data.append(_roofline_points(mine, bound, peaks.vendor))
+    return {"data": data, "layout": legend_below({
+        **_LAYOUT, "height": 380, "margin": {**_LAYOUT["margin"], "l": 70},
+        "title": _title(f"Roofline: {peaks.name} (estimated from activity ratios)"),
+        "xaxis": {"type": "log", "title": {"text": "arithmetic intensity (FLOP/byte)"}},
+        "yaxis": {"type": "log", "title": {"text": "TFLOP/s"}}}, rows=2)}
+
+
+def _roofline_points(points: Sequence[RooflinePoint], bound: str, vendor: str) -> Figure:
+    return {"type": "scatter", "mode": "markers", "name": f"GPU, {bound}-bound",
+            "x": [p.intensity for p in points], "y": [p.flops / 1e12 for p in points],
+            "text": [p.gpu for p in points],
+            "customdata": [[p.bytes_per_s / 1e12, pipe_words(p.pipe, vendor),
+                            (p.share_of_roof or 0) * 100] for p in points],
+            "marker": {"color": BOUND_COLOURS[bound], "size": 9,
+                       "line": {"color": "#ffffff", "width": 1}},
+            "hovertemplate": "%{text}<br>%{y:.1f} TFLOP/s at %{x:.1f} FLOP/B"
+                             "<br>%{customdata[0]:.2f} TB/s · mostly %{customdata[1]}"
+                             "<br>%{customdata[2]:.0f}% of the roof<extra></extra>"}

@@ -43,6 +43,7 @@ from apps.jobs.models import (
     JobNodeMetrics,
     TraceRankPhases,
 )
+from apps.jobs.roofline import roofline_card
 
 # --- The efficiency card ---------------------------------------------------------------
 
@@ -94,6 +95,7 @@ def metrics_card(job: Job) -> dict[str, Any]:
                      default=None),
     )
     card["hours_at"] = metrics.window_end if card["hours_gap"] else card["facts_at"]
+    card.update(roofline_card(job, metrics))
     return card
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.generic import TemplateView
@@ -61,35 +61,38 @@ class QuotaEditView(ActionRequiredMixin, TemplateView):
     def _account(self) -> SlurmAccount:
         return get_object_or_404(visible_accounts(self.request.user), pk=self.kwargs["pk"])
 
-    @staticmethod
-    def _month(form: MonthForm) -> date:
-        error = form.month_error()
-        if error is not None:
-            raise Http404(error)
-        month: date = form.cleaned_data["month"]
-        return month
+    def _context(self, account: SlurmAccount, **extra: Any) -> dict[str, Any]:
+        return {"account": account, "usage": services.usage_for([account])[0],
+                "changes": QuotaChange.objects.filter(account=account).select_related(
+                    "actor")[:50], **_abilities(account), **extra}
 
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        ctx = super().get_context_data(**kwargs)
-        account = self._account()
-        ctx.update(account=account, month=self._month(MonthForm(self.request.GET)),
-                   changes=QuotaChange.objects.filter(account=account).select_related(
-                       "actor")[:50],
-                   usage=services.usage_for([account])[0], **_abilities(account))
-        return ctx
+    def _refused_month(self, account: SlurmAccount, error: str, typed: str,
+                       **extra: Any) -> HttpResponse:
+        """A month it cannot read ("2026-13") is a 400 that shows the form again with the
+        error and what was typed, never a 404 page that loses the input (issue 26)."""
+        ctx = self._context(account, month=billing.current_month(), month_text=typed[:40],
+                            error=error, **extra)
+        return render(self.request, self.template_name, ctx, status=400)
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        account, form = self._account(), MonthForm(request.GET)
+        if (error := form.month_error()) is not None:
+            return self._refused_month(account, error, request.GET.get("month", ""))
+        ctx = self.get_context_data(**kwargs)
+        ctx.update(self._context(account, month=form.cleaned_data["month"]))
+        return self.render_to_response(ctx)
 
     def post(self, request: HttpRequest, pk: int) -> HttpResponse:
         account, data = self._account(), request.POST
         step = data.get("step")
-        form = QuotaApplyForm(data) if step == "apply" else QuotaForm(data)
-        month = self._month(form)
-        ctx: dict[str, Any] = {"account": account, "month": month, "hours": data.get("hours", ""),
-                               "reason": data.get("reason", ""), "usage":
-                               services.usage_for([account])[0],
-                               "changes": QuotaChange.objects.filter(account=account)[:50],
-                               **_abilities(account)}
         if step == "outside_change":
             return self._outside_change(request, account)
+        form = QuotaApplyForm(data) if step == "apply" else QuotaForm(data)
+        typed = {"hours": data.get("hours", ""), "reason": data.get("reason", "")}
+        if (error := form.month_error()) is not None:
+            return self._refused_month(account, error, data.get("month", ""), **typed)
+        month: date = form.cleaned_data["month"]
+        ctx = self._context(account, month=month, **typed)
         if step == "apply":
             return self._apply(request, account, form, ctx)
         if not form.is_valid():

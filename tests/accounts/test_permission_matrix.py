@@ -48,6 +48,7 @@ JOB: Args = lambda w: {"cluster": w.cluster.name, "job_id": w.jobs["bob"].job_id
 API_JOB: Args = lambda w: {"pk": w.jobs["bob"].pk}  # noqa: E731
 TEAM: Args = lambda w: {"slug": w.team_a.slug}  # noqa: E731
 CLUSTER: Args = lambda w: {"name": w.cluster.name}  # noqa: E731
+NODE: Args = lambda w: {"name": w.cluster.name, "node": "gpu01"}  # noqa: E731
 RUN: Args = lambda w: {"pk": TaskRun.objects.get_or_create(kind="sync")[0].pk}  # noqa: E731
 
 
@@ -199,6 +200,9 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("get", "accounts-team-detail", TEAM, team_a()),
     ("get", "clusters-list", NO_ARGS, everyone(200)),
     ("get", "clusters-detail", CLUSTER, everyone(200)),
+    ("get", "clusters-live", CLUSTER, everyone(200)),
+    ("get", "clusters-live-state", CLUSTER, everyone(200)),
+    ("get", "clusters-node", NODE, everyone(200)),
     ("get", "jobs-list", NO_ARGS, everyone(200)),
     ("get", "jobs-export", NO_ARGS, everyone(200)),
     ("post", "jobs-export", NO_ARGS, {**everyone(403), "staff": 405}),

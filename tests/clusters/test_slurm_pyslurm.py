@@ -20,6 +20,7 @@ from apps.clusters.adapters.slurm import (
     GpuSource,
     QueueEntry,
     RecordError,
+    ResourceRequest,
     SlurmJob,
     SlurmNode,
     SlurmPartition,
@@ -76,7 +77,8 @@ def test_a_finished_gpu_job_is_read_from_accounting(slurm, client):
         start_time=_utc(T0 + 3), end_time=_utc(T0 + 63), time_limit_min=30, nodes="gpu01",
         node_count=1, cpus=16, memory_mb=65536, mem_peak_mb=3072.0, gpus=2,
         gpu_types={"h100": 2}, gpu_source=GpuSource.ACCOUNTING,
-        tres_alloc="cpu=16,mem=65536M,node=1,billing=16,gres/gpu=2,gres/gpu:h100=2")
+        tres_alloc="cpu=16,mem=65536M,node=1,billing=16,gres/gpu=2,gres/gpu:h100=2",
+        requested=ResourceRequest(time_limit_min=30))  # slurmdbd kept no requested TRES
     [(name, flt)] = slurm.calls
     assert name == "db.Jobs.load" and flt.clusters == ["devcluster"]
     assert flt.start_time == T0 - 60 and flt.end_time >= T0 and flt.ids is None
@@ -103,6 +105,21 @@ def test_signals_pending_jobs_and_unset_limits(slurm, client):
     assert (waiting.gpus, waiting.gpu_source, waiting.cpus, waiting.time_limit_min) == (
         0, "", 0, None)  # "PartitionLimit" is no number
     assert unlimited.time_limit_min is None
+    # ... but they are what the pending job asked for (issue 26: not "GPUs 0, CPUs 0")
+    assert waiting.requested == ResourceRequest(gpus=4, cpus=4, memory_mb=8192, nodes=1,
+                                                 tres="cpu=4,mem=8192M,node=1,gres/gpu=4")
+
+
+def test_a_request_without_accounted_gpus_reads_the_submit_line(slurm, client):
+    """A site whose accounting has no gres/gpu: slurmdbd's request names none, the command
+    line does (as sacct's ``submit_line`` for the cli backend)."""
+    slurm.db_jobs = [DbJob(8, state="PENDING", submit=T0, timelimit=90,
+                           tres_req_str="1=16,2=65536,4=2",
+                           submit_line="sbatch -N2 --gpus-per-node=4 train.sh")]
+    [job] = client.jobs_since(_utc(T0))
+    assert job.requested == ResourceRequest(gpus=8, cpus=16, memory_mb=65536, nodes=2,
+                                            time_limit_min=90,
+                                            tres="cpu=16,mem=65536M,node=2")
 
 
 def test_array_task_zero_and_the_pending_remainder(slurm, client):
@@ -180,7 +197,8 @@ def test_scripts_and_environments_by_display_id(slurm, client):
 
 def test_the_live_queue(slurm, client):
     slurm.jobs = [
-        standin.Job(12, state="PENDING", state_desc="Priority", user="bob", start=T0 + 600),
+        standin.Job(12, state="PENDING", state_desc="Priority", user="bob", start=T0 + 600,
+                    tres_req_str="cpu=32,mem=256G,node=2,gres/gpu=8", time_limit=120),
         standin.Job(13, state="RUNNING", user="alice", start=T0, array_job_id=13,
                     array_task_id=0),
         standin.Job(14, state="COMPLETED", user="alice"),
@@ -189,7 +207,10 @@ def test_the_live_queue(slurm, client):
     ]
     assert client.queue() == [
         QueueEntry(job_id=12, state="PENDING", reason="Priority", user_name="bob",
-                   estimated_start=_utc(T0 + 600)),
+                   estimated_start=_utc(T0 + 600),
+                   requested=ResourceRequest(gpus=8, cpus=32, memory_mb=262144, nodes=2,
+                                             time_limit_min=120,
+                                             tres="cpu=32,mem=262144M,node=2,gres/gpu=8")),
         QueueEntry(job_id=13, state="RUNNING", user_name="alice", array_job_id=13,
                    array_task_id=0),
         QueueEntry(job_id=15, state="PENDING", array_job_id=15),

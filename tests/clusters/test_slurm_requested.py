@@ -181,6 +181,10 @@ def test_a_pending_jobs_page_shows_what_it_asked_for(world, login):
                   "<dt>Time limit</dt><dd>10m 00s</dd>", "(2 GB per node)", BIG.tres):
         assert shown in section, shown
     assert "none held yet" in html and "<dt>CPUs / memory</dt>" not in html
+    api = login("bob").get(reverse("api:job-detail", args=[Job.objects.get(job_id=900).pk]))
+    assert api.json()["requested"] == {"gpus": 32, "cpus": 4, "memory_mb": 8000, "nodes": 4,
+                                       "time_limit_min": 10, "tres": BIG.tres}
+    assert (api.json()["gpus"], api.json()["cpus"]) == (0, 0)  # nothing held yet
 
 
 @pytest.mark.django_db

@@ -219,6 +219,10 @@ DCGM_FIELDS = (
                                               "(bytes/s)."),
     ("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "The rate of data received over NVLink "
                                               "(bytes/s)."),
+    # the FP pipes (the roofline, issue 30): written only for a GPU that sets them
+    ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "gauge", "Ratio of cycles the fp64 pipes are active."),
+    ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "gauge", "Ratio of cycles the fp32 pipes are active."),
+    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "gauge", "Ratio of cycles the fp16 pipes are active."),
 )
 DRIVER = "550.54.15"
 MODEL = "NVIDIA H100 80GB HBM3"
@@ -246,8 +250,19 @@ class Gpu:
     temp: float | None = None
     nvlink: float = 0.0
     throttle: int = 0
+    # The FP pipes' activities (None: not written); ``profiling`` False: no DCGM_FI_PROF_*
+    # field at all (DCGM's profiling module off, or a GPU it does not support)
+    pipes: dict[str, float] = field(default_factory=dict)
+    profiling: bool = True
 
-    def values(self) -> dict[str, float]:
+    def values(self) -> dict[str, float | None]:
+        values = self._values()
+        values.update({f"DCGM_FI_PROF_PIPE_{p.upper()}_ACTIVE": v for p, v in self.pipes.items()})
+        if not self.profiling:
+            values = {k: None if k.startswith("DCGM_FI_PROF_") else v for k, v in values.items()}
+        return values
+
+    def _values(self) -> dict[str, float | None]:
         busy = self.util / 100
         return {"DCGM_FI_DEV_SM_CLOCK": self.sm_clock or (1980.0 if busy else 345.0),
                 "DCGM_FI_DEV_GPU_TEMP": self.temp or 35.0 + 40 * busy,
@@ -264,7 +279,8 @@ class Gpu:
                 "DCGM_FI_PROF_PCIE_RX_BYTES": 2e8 * busy if self.pcie_rx is None else self.pcie_rx,
                 "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": float(self.throttle),
                 "DCGM_FI_PROF_NVLINK_TX_BYTES": self.nvlink,
-                "DCGM_FI_PROF_NVLINK_RX_BYTES": self.nvlink}
+                "DCGM_FI_PROF_NVLINK_RX_BYTES": self.nvlink,
+                **{f"DCGM_FI_PROF_PIPE_{p}_ACTIVE": None for p in ("FP64", "FP32", "FP16")}}
 
 
 class DcgmEndpoint:
@@ -306,9 +322,11 @@ class DcgmEndpoint:
         with self.lock:
             out = []
             for name, kind, help_text in DCGM_FIELDS:
-                out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-                for gpu in self.gpus:
-                    value = gpu.values()[name]
+                written = [(gpu, value) for gpu in self.gpus
+                           if (value := gpu.values()[name]) is not None]
+                if written:  # as dcgm-exporter: a field no GPU has is not listed
+                    out += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+                for gpu, value in written:
                     for job in gpu.jobs or [None]:
                         out.append(f"{name}{{{self._labels(gpu, job)}}} {value:f}")
             return "\n".join(out) + "\n"
@@ -450,6 +468,7 @@ AMD_FIELDS = (
     ("gpu_prof_sm_active", "The percentage of GPUTime vector ALU instructions are processed"),
     ("gpu_prof_tensor_active_percent", "MFMA Utilization Unit percent"),
     ("gpu_prof_occupancy_percent", "GPU Occupancy as Percentage of maximum"),
+    ("gpu_prof_valu_pipe_issue_util", "Percentage of the time that GUI is active"),
 )
 AMD_MODEL = "AMD Instinct MI300X"
 XGMI_LINKS = 8
@@ -473,8 +492,16 @@ class AmdGpu:
     job: tuple[str, str, str] | None = None
     xgmi_kb: float = 0.0  # each link's running total
     last: float = 0.0
+    valu_issue: float | None = None  # gpu_prof_valu_pipe_issue_util, % (None: not written)
+    profiler: bool = True  # False: ProfilerMetrics off, no gpu_prof_* field
 
-    def values(self) -> dict[str, float]:
+    def values(self) -> dict[str, float | None]:
+        values = self._values()
+        if not self.profiler:
+            values = {k: None if k.startswith("gpu_prof_") else v for k, v in values.items()}
+        return values
+
+    def _values(self) -> dict[str, float | None]:
         return {"gpu_gfx_activity": self.gfx, "gpu_umc_activity": self.gfx * 0.4,
                 "gpu_used_vram": self.vram, "gpu_total_vram": 196592.0,
                 "gpu_package_power": self.power, "gpu_power_usage": self.power,
@@ -485,7 +512,8 @@ class AmdGpu:
                 "gpu_ecc_correct_total": 0.0, "gpu_ecc_uncorrect_total": 0.0,
                 "pcie_bandwidth": 4000.0 * self.gfx / 100, "gpu_prof_sm_active": self.valu,
                 "gpu_prof_tensor_active_percent": self.mfma,
-                "gpu_prof_occupancy_percent": self.valu * 0.6}
+                "gpu_prof_occupancy_percent": self.valu * 0.6,
+                "gpu_prof_valu_pipe_issue_util": self.valu_issue}
 
 
 class AmdEndpoint:
@@ -513,9 +541,10 @@ class AmdEndpoint:
                 gpu.last = now
             out = []
             for name, help_text in AMD_FIELDS:
-                out += self._family(name, help_text)
-                out += [f"{self.prefix}{name}{{{self._labels(g)}}} {g.values()[name]:f}"
-                        for g in self.gpus]
+                written = [(g, v) for g in self.gpus if (v := g.values()[name]) is not None]
+                if written:
+                    out += self._family(name, help_text)
+                out += [f"{self.prefix}{name}{{{self._labels(g)}}} {v:f}" for g, v in written]
             out += self._family("gpu_clock", "List of current GPU clock frequencies in MHz")
             for gpu in self.gpus:
                 out += [f'{self.prefix}gpu_clock{{clock_index="{i}",clock_type="system",'

@@ -310,10 +310,10 @@ def test_a_refused_measure_is_a_partial_archive_naming_the_query_and_the_error(j
     assert "(query: sum by (instance)" in warning
     from apps.clusters.adapters.catalogue import JOB_MEASURES
 
-    # every GPU measure dcgm-exporter has (not the AMD exporter's throttle residencies) and
-    # every node measure asked
+    # every GPU measure dcgm-exporter has (not the AMD exporter's throttle residencies nor
+    # its VALU) and every node measure asked
     assert len(prom.asked) == len(Catalogue().pairs(JOB_MEASURES)) + 12 == \
-        len(JOB_MEASURES) - 3 + 12
+        len(JOB_MEASURES) - 4 + 12
     [node] = job.node_metrics.all()
     assert node.cpu_busy is not None and node.ib_rx_bps is None  # only its own measure lost
 

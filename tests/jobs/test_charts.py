@@ -120,3 +120,23 @@ def test_a_one_sample_heatmap_is_one_column_as_wide_as_its_interval(figure):
     assert trace["dx"] == 3_600_000  # milliseconds on a date axis
     assert fig["layout"]["xaxis"]["range"] == ["1970-01-01T00:00:00Z", "1970-01-01T01:00:00Z"]
     json.dumps(fig)
+
+
+def test_the_roofline_is_log_log_with_a_roof_per_pipe_and_a_marker_per_gpu():
+    from apps.analysis.gpu_peaks import BY_KEY
+    from apps.analysis.roofline import GpuActivity, roofline
+
+    h100 = BY_KEY["h100-sxm"]
+    gpus = [GpuActivity("n:0", "NVIDIA H100 80GB HBM3", "nvidia", 0.5, {"tensor": 0.4}),
+            GpuActivity("n:1", "NVIDIA H100 80GB HBM3", "nvidia", 0.02, {"tensor": 0.6}),
+            GpuActivity("n:2", "NVIDIA H100 80GB HBM3", "nvidia", 0.5, {"tensor": 0.0})]
+    fig = charts.roofline_chart(roofline(gpus))
+    assert fig["layout"]["xaxis"]["type"] == fig["layout"]["yaxis"]["type"] == "log"
+    memory, *roofs = [t for t in fig["data"] if t["mode"] == "lines"]
+    # the memory roof climbs to the highest pipe's ridge; each pipe is flat from its own
+    assert memory["x"][1] == pytest.approx(h100.pipes["tensor"] / h100.memory_bps)
+    assert sorted(r["y"][0] for r in roofs) == sorted(p / 1e12 for p in h100.pipes.values())
+    markers = {t["name"]: t["text"] for t in fig["data"] if t["mode"] == "markers"}
+    # the idle GPU (no FLOPs) has no place on log axes
+    assert markers == {"GPU, memory-bound": ["n:0"], "GPU, compute-bound": ["n:1"]}
+    json.dumps(fig)

@@ -19,6 +19,7 @@ from tests.pyslurm_standin.base import (
     _u32_parse,
     gres_dict,
 )
+from tests.pyslurm_standin.db import _tres as _db_tres
 
 # --- pyslurm/core/job/job.pyx: Jobs, Job (slurmctld) -------------------------------------
 
@@ -27,23 +28,28 @@ class Job:
     """``pyslurm.Job``: ``id``, ``cluster``, ``state``, ``state_reason``, ``user_name``,
     ``start_time`` (the estimate while pending), ``array_id``, ``array_task_id``,
     ``array_tasks_waiting`` (a range: libslurm translates the bitmap), ``exit_code``,
-    ``exit_code_signal``, ``allocated_nodes``, ``get_resource_layout_per_node()`` (``{node:
+    ``exit_code_signal``, ``allocated_nodes``, ``requested_tres`` (a TrackableResources from
+    slurmctld's ``tres_req_str``, by name: ``cpu=4,mem=8G,node=1,gres/gpu=4``; None when
+    empty), ``time_limit`` (minutes), ``get_resource_layout_per_node()`` (``{node:
     {"cpu_ids", "gres", "memory"}}``, gres from the node's ``gres_detail`` entry) and
     ``cancel()`` (SIGKILL; "already done", and "invalid job id" for SIGKILL, are ignored)."""
 
     __slots__ = ("_array_job_id", "_array_task_id", "_array_task_str", "_cluster", "_gres",
-                 "_hosts", "_job_id", "_start", "_state", "_state_desc", "_user")
+                 "_hosts", "_job_id", "_start", "_state", "_state_desc", "_time_limit",
+                 "_tres_req_str", "_user")
 
     def __init__(self, job_id: int, *, state: str = "RUNNING", state_desc: str = "None",
                  user: str = "", start: int = 0, array_job_id: int = 0,
                  array_task_id: int = NO_VAL, array_task_str: str = "",
-                 hosts: list[str] | None = None, gres_detail: list[str] | None = None) -> None:
+                 hosts: list[str] | None = None, gres_detail: list[str] | None = None,
+                 tres_req_str: str = "", time_limit: int = NO_VAL) -> None:
         self._job_id, self._cluster, self._state, self._state_desc = job_id, LOCAL_CLUSTER, \
             state, state_desc
         self._user, self._start = user, start
         self._array_job_id, self._array_task_id = array_job_id, array_task_id
         self._array_task_str = array_task_str
         self._hosts, self._gres = list(hosts or []), list(gres_detail or [])
+        self._tres_req_str, self._time_limit = tres_req_str, time_limit
 
     id = property(lambda self: self._job_id)
     cluster = property(lambda self: self._cluster)
@@ -55,6 +61,8 @@ class Job:
     array_task_id = property(lambda self: _u32_parse(self._array_task_id))
     array_tasks_waiting = property(lambda self: self._array_task_str.split("%")[0] or None)
     allocated_nodes = property(lambda self: ",".join(self._hosts) or None)
+    requested_tres = property(lambda self: _db_tres(self._tres_req_str))
+    time_limit = property(lambda self: _raw_time(self._time_limit))
     exit_code = property(lambda self: 0)
     exit_code_signal = property(lambda self: 0)
 

@@ -132,14 +132,16 @@ class DbJob:
     ``exit_code_signal``, ``array_id``, ``array_task_id``, ``array_tasks_waiting``,
     ``heterogeneous_id``, ``heterogeneous_offset``, ``nodelist``, ``num_nodes``, ``cpus``,
     ``memory``, ``allocated_tres`` / ``requested_tres`` (TrackableResources or None), ``tres``,
-    ``gres``, ``gpus``, ``script``, ``environment`` (a dict), ``stats``, ``to_dict()``,
+    ``gres``, ``gpus``, ``submit_command`` (the submit line), ``script``, ``environment`` (a
+    dict), ``stats``, ``to_dict()``,
     ``as_dict()``. Not there: ``tres_alloc_str`` and the other raw C names.
     """
 
     __slots__ = ("_account", "_array_job_id", "_array_task_id", "_array_task_str", "_cluster",
                  "_derived_es", "_eligible", "_end", "_env", "_exitcode", "_het_job_id",
                  "_het_job_offset", "_jobid", "_jobname", "_nodes", "_partition", "_qos",
-                 "_script", "_start", "_state", "_state_reason_prev", "_submit", "_timelimit",
+                 "_script", "_start", "_state", "_state_reason_prev", "_submit", "_submit_line",
+                 "_timelimit",
                  "_tres_alloc_str", "_tres_req_str", "_user", "_work_dir", "stats", "steps")
 
     def __init__(self, jobid: int, *, cluster: str = LOCAL_CLUSTER, jobname: str = "",
@@ -150,7 +152,7 @@ class DbJob:
                  array_job_id: int = 0, array_task_id: int = NO_VAL, array_task_str: str = "",
                  het_job_id: int = 0, het_job_offset: int = NO_VAL, nodes: str = "",
                  tres_alloc_str: str = "", tres_req_str: str = "", script: str = "",
-                 env: str = "", max_rss: int = 0) -> None:
+                 env: str = "", max_rss: int = 0, submit_line: str = "") -> None:
         self._jobid, self._cluster, self._jobname, self._user = jobid, cluster, jobname, user
         self._account, self._partition, self._qos, self._work_dir = account, partition, qos, \
             work_dir
@@ -162,7 +164,7 @@ class DbJob:
         self._array_task_str = array_task_str
         self._het_job_id, self._het_job_offset, self._nodes = het_job_id, het_job_offset, nodes
         self._tres_alloc_str, self._tres_req_str = tres_alloc_str, tres_req_str
-        self._script, self._env = script, env
+        self._script, self._env, self._submit_line = script, env, submit_line
         self.stats, self.steps = JobStatistics(max_rss), {}
 
     id = property(lambda self: self._jobid)
@@ -194,6 +196,7 @@ class DbJob:
     tres = property(lambda self: self.allocated_tres or self.requested_tres)
     gres = property(lambda self: self.tres.gres if self.tres else {})
     gpus = property(lambda self: {k: v for k, v in self.gres.items() if isinstance(v, GPU)})
+    submit_command = property(lambda self: self._submit_line or None)
     script = property(lambda self: self._script or None)
     environment = property(lambda self: _key_values(self._env, "\n"))
 

@@ -87,3 +87,26 @@ def test_negative_values_are_a_400_and_absurd_ones_a_409(world, patched, nlp):
 def test_leads_cannot_preview_or_apply(world, patched, nlp):
     assert _preview(api(world, "alice"), nlp).status_code == 403
     assert patched.calls == []
+
+
+def test_the_api_preview_shows_the_consequence_the_account_reads_after_apply(world, patched, nlp):
+    """Issue 26: a preview states what the new limit does, in the figures the account's row
+    reads once it is applied."""
+    from tests.quotas.conftest import shares
+
+    patched.share_rows = shares({"nlp": 2710.8 * 60, "vision": 0.0})
+    services.check_cluster(world.cluster, patched)
+    client = api(world, "staff")
+    shown = _preview(client, nlp, minutes=1200 * 60).json()
+    assert shown["blocks"] is True and shown["after"]["percent"] == 225.9
+    assert shown["after"]["used_hours"] == shown["usage"]["used_hours"] == 2710.8
+    assert "bob" in shown["users"] and shown["pending_jobs"] >= 0
+    assert shown["usage"]["quota"] is None  # nothing written by a preview
+    _apply(client, nlp, shown, minutes=1200 * 60)
+    detail = client.get(reverse("api:quota-account-detail", args=[nlp.pk])).json()
+    assert detail["percent"] == shown["after"]["percent"]
+    assert detail["month_hours"] == shown["usage"]["month_hours"]
+    roomy = _preview(client, nlp, minutes=5000 * 60).json()
+    assert roomy["blocks"] is False and roomy["after"]["level"] == 0
+    unlimited = _preview(client, nlp, minutes=None).json()
+    assert unlimited["after"] is None and unlimited["blocks"] is False

@@ -85,12 +85,19 @@ def test_negative_and_absurd_values_are_refused_on_the_form(world, login, patche
     assert message in page.context["error"] and "preview" not in page.context
 
 
-def test_a_bad_month_is_a_404_and_a_bad_seen_value_is_not_applied(world, login, patched, nlp):
+def test_a_bad_month_is_a_400_keeping_the_input_and_a_bad_seen_value_is_not_applied(
+        world, login, patched, nlp):
+    """Issue 26: a month typo gave a full 404 page and lost what was typed."""
     client = login("staff")
     url = reverse("quotas-edit", args=[nlp.pk])
-    bad_month = {"step": "preview", "month": "2026-13", "hours": "1"}
-    assert client.post(url, bad_month).status_code == 404
-    assert client.get(url, {"month": "nov"}).status_code == 404
+    bad_month = {"step": "preview", "month": "2026-13", "hours": "17", "reason": "grant"}
+    page = client.post(url, bad_month)
+    assert page.status_code == 400 and "preview" not in page.context
+    text = page.content.decode()
+    assert "month &#x27;2026-13&#x27; is not YYYY-MM" in text and 'value="2026-13"' in text
+    assert 'value="17"' in text and 'value="grant"' in text  # nothing typed is lost
+    page = client.get(url, {"month": "nov"})
+    assert page.status_code == 400 and 'value="nov"' in page.content.decode()
     page = client.post(url, {"step": "apply", "month": "2026-11", "hours": "100", "reason": "r",
                              "seen_minutes": "x", "seen_version": "0"})
     assert page.status_code == 200

@@ -300,6 +300,16 @@ class Catalogue:
     def model_of(self, series: Series) -> str:
         return series.labels.get(self.dialect_of(series).model_label, "")
 
+    def models_of(self, gpus: Mapping[GpuKey, Mapping[str, Series]]) -> dict[GpuKey, str]:
+        """Each GPU's model label (``modelName``, ``card_model``), from the first of its
+        series that has one; GPUs without any are left out."""
+        models: dict[GpuKey, str] = {}
+        for key, measures in gpus.items():
+            found = next((m for s in measures.values() if (m := self.model_of(s))), "")
+            if found:
+                models[key] = found
+        return models
+
     @cached_property
     def job_labels(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(d.job_label for d in self.dialects))

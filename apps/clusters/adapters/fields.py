@@ -79,6 +79,9 @@ DCGM_METRICS: dict[str, MetricSpec] = {
     "tensor_active": MetricSpec("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),
     "dram_active": MetricSpec("DCGM_FI_PROF_DRAM_ACTIVE"),
     "fp64_active": MetricSpec("DCGM_FI_PROF_PIPE_FP64_ACTIVE"),
+    # the roofline's other pipes (docs/roofline.md); off in dcgm-exporter's own files
+    "fp32_active": MetricSpec("DCGM_FI_PROF_PIPE_FP32_ACTIVE"),
+    "fp16_active": MetricSpec("DCGM_FI_PROF_PIPE_FP16_ACTIVE"),
     "fb_used": MetricSpec("DCGM_FI_DEV_FB_USED", 1.0, "MiB"),
     "fb_free": MetricSpec("DCGM_FI_DEV_FB_FREE", 1.0, "MiB"),
     "power": MetricSpec("DCGM_FI_DEV_POWER_USAGE", 1.0, "W"),
@@ -107,6 +110,8 @@ AMD_METRICS: dict[str, MetricSpec] = {
     "sm_active": MetricSpec("gpu_prof_sm_active", 0.01),
     "sm_occupancy": MetricSpec("gpu_prof_occupancy_percent", 0.01),
     "tensor_active": MetricSpec("gpu_prof_tensor_active_percent", 0.01),
+    # the vector ALU's issue utilisation: the roofline's VALU pipe (docs/roofline.md)
+    "valu_active": MetricSpec("gpu_prof_valu_pipe_issue_util", 0.01),
     "dram_active": MetricSpec("gpu_umc_activity", 0.01),
     "fb_used": MetricSpec("gpu_used_vram", 1.0, "MiB"),
     "fb_free": MetricSpec("gpu_free_vram", 1.0, "MiB"),
@@ -133,10 +138,12 @@ ACTIVITY_FALLBACK = ("sm_active", "gr_engine_active", "gpu_util")
 JOB_MEASURES = ("gpu_util", "sm_active", "gr_engine_active", "tensor_active", "dram_active",
                 "fb_used", "power", "nvlink_tx", "pcie_tx",
                 # health and traffic: straggler evidence, diagnosis, the per-GPU charts
-                "sm_occupancy", "fp64_active", "temperature", "sm_clock", "throttle_reasons",
+                "sm_occupancy", "temperature", "sm_clock", "throttle_reasons",
                 "xid", "ecc_sbe", "ecc_dbe", "nvlink_rx", "pcie_rx",
                 # residencies where the exporter has no throttle bitmask (AMD)
-                "thermal_throttle", "power_throttle", "hw_slowdown")
+                "thermal_throttle", "power_throttle", "hw_slowdown",
+                # the roofline's pipes (DRAM and tensor are above)
+                "fp64_active", "fp32_active", "fp16_active", "valu_active")
 MEASURES = frozenset(DCGM_METRICS) | frozenset(AMD_METRICS)
 
 

@@ -92,6 +92,7 @@ class JobTelemetry:
     gpus: dict[GpuKey, dict[str, Series]] = field(default_factory=dict)
     uuids: dict[GpuKey, str] = field(default_factory=dict)
     vendors: dict[GpuKey, str] = field(default_factory=dict)  # nvidia, amd (by exporter)
+    models: dict[GpuKey, str] = field(default_factory=dict)  # the exporter's model label
     nodes: dict[str, dict[str, Series]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     peak_samples: int = 0
@@ -236,6 +237,7 @@ def _fetch(client: PrometheusClient, catalogue: Catalogue, window: Window,
     telemetry.uuids = _uuids(pairs, catalogue, key_of)
     telemetry.gpus = _inside(grouped, intervals, p) if intervals is not None else grouped
     telemetry.vendors = {key: catalogue.vendor_of(m) for key, m in telemetry.gpus.items()}
+    telemetry.models = catalogue.models_of(telemetry.gpus)
     return telemetry
 
 

@@ -14,6 +14,7 @@ from apps.jobs.models import (
     JobNodeMetrics,
     TraceRun,
 )
+from apps.jobs.roofline import roofline_payload
 
 
 class JobGpuSerializer(serializers.ModelSerializer):
@@ -22,6 +23,19 @@ class JobGpuSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobGpu
         fields = ["node", "gpu_index", "gpu_uuid", "start", "end"]
+
+
+class RequestedSerializer(serializers.Serializer):
+    """What the job asked for (issue 26): a pending job holds nothing yet, so ``gpus`` and
+    ``cpus`` above are 0 while this says what it waits for. null: Slurm did not say."""
+
+    gpus = serializers.IntegerField(source="req_gpus", allow_null=True)
+    cpus = serializers.IntegerField(source="req_cpus", allow_null=True)
+    memory_mb = serializers.IntegerField(source="req_memory_mb", allow_null=True,
+                                         help_text="the whole job's (Slurm's --mem is per node)")
+    nodes = serializers.IntegerField(source="req_nodes", allow_null=True)
+    time_limit_min = serializers.IntegerField(allow_null=True)
+    tres = serializers.CharField(source="tres_req", help_text="as Slurm prints ReqTRES")
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -35,6 +49,7 @@ class JobSerializer(serializers.ModelSerializer):
                   "accepts it, chargeback and SLOs leave it out")
     implausible_accepted_by = serializers.SerializerMethodField(
         help_text="The admin who accepted the implausible record (null: not accepted)")
+    requested = RequestedSerializer(source="*", read_only=True)
 
     class Meta:
         model = Job
@@ -44,7 +59,8 @@ class JobSerializer(serializers.ModelSerializer):
             "partition", "qos", "state", "reason", "exit_code", "exit_signal", "exit",
             "submit_time", "eligible_time", "start_time", "end_time", "time_limit_min",
             "nodes", "node_count", "cpus", "memory_mb", "gpus", "gpu_shards",
-            "gpu_equivalent", "gpu_types", "gpu_source", "tres_alloc", "labels", "implausible",
+            "gpu_equivalent", "gpu_types", "gpu_source", "tres_alloc", "requested", "labels",
+            "implausible",
             "implausible_accepted_at", "implausible_accepted_by", "updated_at", "url",
         ]
 
@@ -59,11 +75,55 @@ class JobSerializer(serializers.ModelSerializer):
         return user.username if user is not None else None
 
 
+class RooflinePeaksSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    name = serializers.CharField()
+    memory_bytes_per_s = serializers.FloatField()
+    flops_per_s = serializers.DictField(child=serializers.FloatField(),
+                                        help_text="dense peak FLOP/s per pipe")
+    sources = serializers.ListField(child=serializers.CharField())
+
+
+class RooflinePointSerializer(serializers.Serializer):
+    gpu = serializers.CharField()
+    flops_per_s = serializers.FloatField(help_text="estimated: pipe activity x pipe peak")
+    bytes_per_s = serializers.FloatField(help_text="estimated: DRAM activity x peak bandwidth")
+    intensity = serializers.FloatField(allow_null=True, help_text="FLOP per byte")
+    pipe = serializers.CharField(help_text="the pipe doing most FLOPs: its peak is the roof")
+    roof_flops_per_s = serializers.FloatField()
+    share_of_roof = serializers.FloatField(allow_null=True)
+    bound = serializers.CharField(help_text="memory, compute or idle")
+    pipe_flops_per_s = serializers.DictField(child=serializers.FloatField())
+
+
+class RooflineSerializer(serializers.Serializer):
+    """The job's GPUs on its model's roofline, estimated from activity ratios (issue 30)."""
+
+    status = serializers.CharField(
+        help_text="ready, no_fields, unknown_model, mixed_models or no_gpus")
+    reason = serializers.CharField(help_text="why there is no roofline ('' when ready)")
+    estimate = serializers.CharField()
+    model = serializers.CharField()
+    peaks = RooflinePeaksSerializer(allow_null=True)
+    points = RooflinePointSerializer(many=True)
+    missing_fields = serializers.ListField(
+        child=serializers.CharField(), help_text="exporter series that would add what is missing")
+    uncounted_pipes = serializers.ListField(child=serializers.CharField())
+    unmeasured_gpus = serializers.ListField(child=serializers.CharField())
+    vendor_pipes = serializers.ListField(child=serializers.CharField())
+
+
 class JobDetailSerializer(JobSerializer):
     gpus_held = JobGpuSerializer(many=True, read_only=True)
+    roofline = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):
-        fields = [*JobSerializer.Meta.fields, "work_dir", "comment", "gpus_held"]
+        fields = [*JobSerializer.Meta.fields, "work_dir", "comment", "gpus_held", "roofline"]
+
+    @extend_schema_field(RooflineSerializer)
+    def get_roofline(self, job: Job) -> dict[str, Any]:
+        """From the stored archive, as the job page draws it (docs/roofline.md)."""
+        return roofline_payload(job)
 
 
 # --- Metrics, the straggler verdict, series --------------------------------------------------

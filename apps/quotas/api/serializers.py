@@ -52,7 +52,22 @@ class PreviewRequestSerializer(serializers.Serializer):
                   "what the cluster delivers in the month is refused as absurd (409)")
 
 
+class QuotaStatusSerializer(serializers.Serializer):
+    """Usage against a limit, as the quota page prints it."""
+
+    limit_hours = serializers.FloatField()
+    used_hours = serializers.FloatField(help_text="Slurm's decayed usage (sshare GrpTRESRaw)")
+    percent = serializers.FloatField()
+    level = serializers.IntegerField(help_text="the highest warning level reached: 0, 80, 100")
+    burn_hours_per_day = serializers.FloatField()
+    exhausted_at = serializers.DateTimeField(allow_null=True,
+                                             help_text="when it runs out at the current burn")
+
+
 class PreviewSerializer(serializers.Serializer):
+    """The preview page's figures (issue 26: a change shows its consequence before it is
+    made): what Slurm would run, the usage now, and what the new limit does to it."""
+
     month = serializers.DateField(format="%Y-%m")
     old_minutes = serializers.IntegerField(allow_null=True)
     new_minutes = serializers.IntegerField(allow_null=True)
@@ -60,6 +75,15 @@ class PreviewSerializer(serializers.Serializer):
     slurm_output = serializers.CharField(help_text="Slurm's answer to a dry run")
     version = serializers.IntegerField(help_text="send back as seen_version")
     scheduled = serializers.BooleanField(help_text="a later month: written when it begins")
+    usage = AccountUsageSerializer(allow_null=True, help_text="the account's row of the quota "
+                                                              "page now")
+    after = QuotaStatusSerializer(allow_null=True, help_text="the usage now against the new "
+                                                             "limit; null: no limit")
+    blocks = serializers.BooleanField(help_text="the new limit is already used up: new and "
+                                                "pending jobs of the account wait at once")
+    users = serializers.ListField(child=serializers.CharField(),
+                                  help_text="the account's users: whom the limit applies to")
+    pending_jobs = serializers.IntegerField(help_text="the account's jobs pending now")
 
 
 class ApplyRequestSerializer(PreviewRequestSerializer):

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from apps.clusters.adapters.slurm import parse
+from apps.clusters.adapters.slurm import parse, requested
 from apps.clusters.adapters.slurm import types as st
 from apps.core.errors import AdapterError, TransientAdapterError
 
@@ -85,6 +85,9 @@ _WHY = {
     "usage reports": "pyslurm 25.11 has no sreport (slurmdb report) API",
     "quota previews and writes": ("pyslurm 25.11's db.Associations.modify cannot select one "
                                   "account and fails before sending (db/assoc.pyx)"),
+    # issue 30's live view: not yet read against pyslurm 25.11's source, so not guessed
+    "reservations": "not checked against pyslurm 25.11's Reservations class yet",
+    "QOS limits": "not checked against pyslurm 25.11's db.QualitiesOfService yet",
 }
 
 
@@ -233,6 +236,8 @@ def job_from_pyslurm(job: Any) -> st.SlurmJob:
         cpus=tres.get("cpu", 0), memory_mb=tres.get("mem", 0), mem_peak_mb=_peak_rss_mb(job),
         gpus=gpus, gpu_shards=shards, gpu_types=types, tres_alloc=parse._tres_text(tres),
         gpu_source=st.GpuSource.ACCOUNTING if gpus or shards else "",
+        requested=requested.from_tres(_tres_dict(job.requested_tres), _int(job.time_limit),
+                                      str(job.submit_command or "")),
     )
 
 
@@ -245,7 +250,8 @@ def _queue_entry(job: Any) -> st.QueueEntry:
         job_id=int(job.id), state=state, user_name=str(job.user_name or ""),
         reason=_reason(job.state_reason) if pending else "",
         estimated_start=_ts(job.start_time) if pending else None,
-        array_job_id=array_job, array_task_id=task)
+        array_job_id=array_job, array_task_id=task,
+        requested=requested.from_tres(_tres_dict(job.requested_tres), _int(job.time_limit)))
 
 
 def _gpu_models(gres: Mapping[str, Any] | None) -> tuple[dict[str, int], int]:
@@ -430,6 +436,12 @@ class SlurmPyslurm:
         return self._shaped("associations", lambda: [
             _association(a) for a in loaded.values()
             if (not self.cluster or a.cluster == self.cluster) and not a.partition])
+
+    def reservations(self) -> list[st.Reservation]:
+        raise _unsupported("reservations")
+
+    def qos(self) -> list[st.Qos]:
+        raise _unsupported("QOS limits")
 
     def shares(self) -> list[st.ShareRow]:
         raise _unsupported("fairshare")

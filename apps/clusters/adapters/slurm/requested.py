@@ -60,6 +60,20 @@ def from_slurmctld(rec: Mapping[str, Any]) -> ResourceRequest:
                            time_limit_min=values.num(rec.get("time_limit")), tres=said)
 
 
+def from_tres(tres: Mapping[str, int], time_limit_min: int | None,
+              submit_line: str = "") -> ResourceRequest:
+    """The request from TRES already read into Slurm's flat names (pyslurm 25.11's
+    ``requested_tres`` of ``db.Job`` and ``Job``, through the backend's ``_tres_dict``): the
+    same reading as :func:`from_sacct`, where ``mem`` is already the whole job's (MiB)."""
+    nodes = tres.get("node")
+    gpus = _gpus_accounted(tres)
+    if gpus is None and tres and submit_line:  # the site accounts no GPUs
+        gpus = gpu_requests.gpus_from_submit_line(submit_line, nodes or 0)[0]
+    return ResourceRequest(gpus=gpus, cpus=tres.get("cpu"), memory_mb=tres.get("mem"),
+                           nodes=nodes, time_limit_min=time_limit_min,
+                           tres=values.tres_text(tres))
+
+
 def _gpus_accounted(tres: Mapping[str, int]) -> int | None:
     """GPUs in a TRES request (``gres/gpu``, or its typed items); None when it names none."""
     if not any(k == "gres/gpu" or k.startswith("gres/gpu:") for k in tres):

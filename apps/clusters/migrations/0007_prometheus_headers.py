@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('clusters', '0005_node_gpu_types'),
+        ('clusters', '0006_live_view'),
     ]
 
     operations = [
