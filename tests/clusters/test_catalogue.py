@@ -58,7 +58,7 @@ def test_a_cluster_overrides_a_metric_name_and_keeps_its_unit():
     ({"file_system": {"reads": "x"}}, "unknown key 'reads'"),
     ({"file_system": {"read": []}}, "needs a counter name"),
     ({"file_system": {"read": 'x"}[1m]) or up{a="'}}, "not a valid metric"),
-    ({"store": "thanos"}, "metric_labels.store: expected one of prometheus, victoriametrics"),
+    ({"store": "thanos"}, "store 'thanos' is not one of prometheus, victoriametrics"),
 ])
 def test_bad_config_names_the_key(config, words):
     with pytest.raises(CatalogueError, match=words):

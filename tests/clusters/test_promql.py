@@ -204,7 +204,7 @@ def test_a_counter_reads_the_same_samples_on_each_store(fn, window, store, expec
 
 
 def test_a_counter_refuses_an_unknown_store_or_function():
-    with pytest.raises(UnsafeValue, match="not a supported store"):
+    with pytest.raises(UnsafeValue, match="is not one of prometheus, victoriametrics"):
         promql.counter_call("rate", S, 60.0, "influx")
     with pytest.raises(UnsafeValue, match="not a counter function"):
         promql.counter_call("increase_prometheus", S, 60.0, "victoriametrics")

@@ -43,11 +43,11 @@ from apps.clusters.adapters.fields import (
     MetricSpec,
 )
 from apps.clusters.adapters.promql import (
-    STORES,
     Matcher,
     UnsafeValue,
     check_label,
     check_metric,
+    check_store,
     counter_call,
     counter_sum,
     deduplicated,
@@ -204,7 +204,7 @@ class Catalogue:
                 file_system=_file_system(config.get("file_system", {})),
                 exporters=_exporters(config.get("exporters", site.get("exporters"))),
                 amd=_amd(config.get("amd", {}), str(site.get("amd_prefix") or "")),
-                store=_store(config.get("store", base.store)),
+                store=check_store(config.get("store", base.store)),
             )
         except UnsafeValue as exc:
             raise CatalogueError(f"metric_labels: {exc}") from None
@@ -409,13 +409,6 @@ def _scaled(measure: str, parts: list[Series], catalogue: Catalogue, raw: bool) 
 
 
 # --- Config checks ---------------------------------------------------------------------
-
-
-def _store(value: Any) -> str:
-    if value not in STORES:
-        raise CatalogueError(f"metric_labels.store: expected one of {', '.join(STORES)}, "
-                             f"got {value!r}")
-    return str(value)
 
 
 def _label(value: Any, key: str, allow_empty: bool = False) -> str:

@@ -176,6 +176,13 @@ COUNTER_FUNCTIONS = ("rate", "increase", "irate")
 STORES = ("prometheus", "victoriametrics")
 
 
+def check_store(store: object) -> str:
+    """A store ``metric_labels`` may name (``STORES``)."""
+    if store not in STORES:
+        raise UnsafeValue(f"store {store!r} is not one of {', '.join(STORES)}")
+    return str(store)
+
+
 def counter_call(fn: str, sel: str, window: str | float, store: str = "prometheus") -> str:
     """``fn(sel[window])`` as Prometheus reads it, written for ``store`` (issue 29).
 
@@ -191,8 +198,7 @@ def counter_call(fn: str, sel: str, window: str | float, store: str = "prometheu
     sample, and ``increase`` is that rate times the range, as Prometheus extrapolates it;
     the range gains a millisecond, since VictoriaMetrics' ranges exclude their start.
     """
-    if store not in STORES:
-        raise UnsafeValue(f"{store!r} is not a supported store ({', '.join(STORES)})")
+    check_store(store)
     if fn not in COUNTER_FUNCTIONS:
         raise UnsafeValue(f"{fn!r} is not a counter function ({', '.join(COUNTER_FUNCTIONS)})")
     if store == "prometheus" or fn == "irate" or isinstance(window, str):
