@@ -61,9 +61,9 @@ serve: venv
 	  --access-logfile -
 
 ## make test: the whole suite (SQLite unless DATABASE_URL is set; CI sets it and CI=true),
-## on TEST_WORKERS processes: one per shared-service lane (each Slurm release; Prometheus and Redis),
-## the rest for everything else (tests/xdist_lanes.py)
-TEST_WORKERS ?= 6
+## on TEST_WORKERS processes: one per shared-service lane (each Slurm release; Prometheus and Redis;
+## VictoriaMetrics), the rest for everything else (tests/xdist_lanes.py)
+TEST_WORKERS ?= 7
 test: venv-dev
 	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 

@@ -5,8 +5,10 @@ restarts the one Prometheus on :9091, a fault test stops a release's slurmdbd, a
 counts that cluster's jobs, the Celery tests share one Redis database. Those must run one after
 another, so each shared service is a lane of its own, run in collection order on one worker:
 one lane per Slurm release (``slurm-22.05``, ``slurm-24.11``, ``slurm-26.05``, read off the
-test's parameter id; the releases' clusters share nothing) and one ``services`` lane for
-Prometheus and Redis. Every other module goes, whole, to the remaining workers ("rest"):
+test's parameter id; the releases' clusters share nothing), a ``victoriametrics`` lane for
+the telemetry tests' VictoriaMetrics runs (the ``store`` fixture's ``victoriametrics``
+parameter: its one server on :18428 shares nothing with Prometheus) and one ``services`` lane
+for Prometheus and Redis. Every other module goes, whole, to the remaining workers ("rest"):
 whole modules so that a module-scoped fixture (a simulated month, a Slurm wave) is built once.
 
 With at least one worker more than there are lanes, each lane has a worker of its own
@@ -35,8 +37,10 @@ from xdist.scheduler import LoadScopeScheduling
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = re.compile(r"""mark\.integration\(\s*["'](slurm|prometheus|redis)["']""")
 SERVICES = "services"
-# a Slurm test's release, from its parameter id: test_x[slurm-24.11-rest], test_y[slurm-22.05]
-RELEASE = re.compile(r"\[(?:.*-)?(slurm-\d+\.\d+)(?:-.*)?\]$")
+VICTORIA_METRICS = "victoriametrics"
+# a Slurm test's release, from its parameter id: test_x[slurm-24.11-rest], test_y[slurm-22.05];
+# a telemetry test's VictoriaMetrics run: test_z[victoriametrics-5001]
+RELEASE = re.compile(r"\[(?:.*-)?(slurm-\d+\.\d+|victoriametrics)(?:-.*)?\]$")
 
 
 @cache
@@ -98,7 +102,7 @@ class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is unt
 
 
 def is_lane(scope: str) -> bool:
-    return scope == SERVICES or scope.startswith("slurm-")
+    return scope in (SERVICES, VICTORIA_METRICS) or scope.startswith("slurm-")
 
 
 def plan(collection: list[str], workers: int) -> tuple[dict[str, str], dict[str, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import zoneinfo
 from datetime import timedelta
 from typing import Any
@@ -45,6 +46,20 @@ def _validate_service_url(value: str) -> None:
         raise ValidationError(f"{value!r} {problem}")
 
 
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an RFC 9110 token
+
+
+def _validate_headers(value: Any) -> None:
+    """Extra query headers: header names to printable one-line values (a Mimir tenant)."""
+    if not isinstance(value, dict):
+        raise ValidationError('Headers must be an object, e.g. {"X-Scope-OrgID": "tenant-a"}')
+    for name, text in value.items():
+        if not _HEADER_NAME.fullmatch(str(name)):
+            raise ValidationError(f"{name!r} is not an HTTP header name")
+        if not isinstance(text, str) or not text.isprintable():
+            raise ValidationError(f"header {name}: the value must be one line of text")
+
+
 def _validate_gpu_types(value: Any) -> None:
     if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
         raise ValidationError('GPU types must be a list of objects, e.g. [{"name": "h100"}]')
@@ -85,6 +100,10 @@ class Cluster(TimeStampedModel):
                   '{"url": "http://127.0.0.1:6820", "user": "beacon", "token_file": "..."}')
     prometheus_url = models.CharField(max_length=500, blank=True,
                                       validators=[_validate_service_url])
+    prometheus_headers = models.JSONField(
+        default=dict, blank=True, validators=[_validate_headers],
+        help_text='Extra HTTP headers on every query, e.g. {"X-Scope-OrgID": "tenant-a"} '
+                  'for a multi-tenant Mimir (docs/metrics.md, "Stores")')
     metric_labels = models.JSONField(
         default=dict, blank=True,
         help_text='Label names where they differ: {"hostname": "Hostname", "job": "hpc_job"}')

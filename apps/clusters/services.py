@@ -48,6 +48,10 @@ def backend_note(cluster: Cluster) -> str:
 
 
 def prometheus_for(cluster: Cluster) -> PrometheusClient | None:
-    """The cluster's Prometheus (its own URL, else ``PROMETHEUS_URL``); None when neither is set."""
+    """The cluster's Prometheus (its own URL, else ``PROMETHEUS_URL``), with its extra
+    headers (a Mimir tenant); None when neither URL is set."""
     url = cluster.metrics_url
-    return PrometheusClient(url, timeout=settings.PROMETHEUS_TIMEOUT) if url else None
+    if not url:
+        return None
+    return PrometheusClient(url, timeout=settings.PROMETHEUS_TIMEOUT,
+                            headers=dict(cluster.prometheus_headers or {}))

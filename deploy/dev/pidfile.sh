@@ -1,6 +1,7 @@
 # Sourced by the dev scripts that start a server on loopback (prometheus.sh, node-exporter.sh).
 # They need PIDFILE (where the started pid is kept), LISTEN (host:port, as passed to
-# --web.listen-address) and NAME (for messages). Never kills by process name: the pid file is
+# --web.listen-address, or to the flag LISTEN_FLAG names: victoria-metrics.sh's -httpListenAddr)
+# and NAME (for messages). Never kills by process name: the pid file is
 # trusted only while /proc/<pid>/cmdline still holds our listen address (pid reuse guard).
 
 our_pid() {
@@ -9,7 +10,7 @@ our_pid() {
   local pid
   pid=$(cat "$PIDFILE")
   [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "--web.listen-address=$LISTEN" || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "${LISTEN_FLAG:---web.listen-address}=$LISTEN" || return 1
   echo "$pid"
 }
 

@@ -58,6 +58,7 @@ def test_a_cluster_overrides_a_metric_name_and_keeps_its_unit():
     ({"file_system": {"reads": "x"}}, "unknown key 'reads'"),
     ({"file_system": {"read": []}}, "needs a counter name"),
     ({"file_system": {"read": 'x"}[1m]) or up{a="'}}, "not a valid metric"),
+    ({"store": "thanos"}, "store 'thanos' is not one of prometheus, victoriametrics"),
 ])
 def test_bad_config_names_the_key(config, words):
     with pytest.raises(CatalogueError, match=words):
@@ -137,3 +138,16 @@ def test_the_collectors_file_turns_on_every_profiling_field_beacon_reads():
     wanted = {spec.name for spec in GPU_METRICS.values()}
     assert wanted <= fields, sorted(wanted - fields)
     assert {"DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_NVLINK_RX_BYTES"} <= fields
+
+
+def test_a_victoriametrics_cluster_reads_its_counters_as_prometheus_would():
+    """metric_labels "store" writes the node counters for the store (promql.counter_call);
+    Prometheus's spelling is the default (Thanos and Mimir run its engine)."""
+    sel = [Matcher.eq("cluster", "a")]
+    prom = Catalogue().node_queries(sel, 60.0)
+    vm = Catalogue.from_config({"store": "victoriametrics"}).node_queries(sel, 60.0)
+    assert "rate(node_infiniband_port_data_received_bytes_total" in prom["ib_rx"][0]
+    assert "[60000ms]" in prom["ib_rx"][0]
+    assert "increase_prometheus(node_infiniband_port_data_received_bytes_total" in vm["ib_rx"][0]
+    assert "[60001ms]" in vm["ib_rx"][0] and "rate(" not in vm["ib_rx"][0]
+    assert "increase(" not in vm["ib_errors"][0] and "* (60.000 / (" in vm["ib_errors"][0]

@@ -184,6 +184,32 @@ def test_a_counter_sum_refuses_what_it_cannot_build(names, by, fn):
         promql.counter_sum(names, [], "2m", by, fn=fn)
 
 
+S = 'x_total{a="b"}'
+VM_SPAN = f"{S}[90001ms]"
+VM_SAMPLED = f"(tlast_over_time({VM_SPAN}) - tfirst_over_time({VM_SPAN}))"
+
+
+@pytest.mark.parametrize(("fn", "window", "store", "expected"), [
+    ("rate", 90.0, "prometheus", f"rate({S}[90000ms])"),
+    ("increase", 90.0, "prometheus", f"increase({S}[90000ms])"),
+    ("rate", "2m", "victoriametrics", f"rate({S}[2m])"),  # a duration is used as it is
+    ("irate", 90.0, "victoriametrics", f"irate({S}[90000ms])"),
+    # the samples inside the range only, one millisecond more (its ranges exclude the start)
+    ("rate", 90.0, "victoriametrics", f"(increase_prometheus({VM_SPAN}) / {VM_SAMPLED})"),
+    ("increase", 90.0, "victoriametrics",
+     f"(increase_prometheus({VM_SPAN}) * (90.000 / {VM_SAMPLED}))"),
+])
+def test_a_counter_reads_the_same_samples_on_each_store(fn, window, store, expected):
+    assert promql.counter_call(fn, S, window, store) == expected
+
+
+def test_a_counter_refuses_an_unknown_store_or_function():
+    with pytest.raises(UnsafeValue, match="is not one of prometheus, victoriametrics"):
+        promql.counter_call("rate", S, 60.0, "influx")
+    with pytest.raises(UnsafeValue, match="not a counter function"):
+        promql.counter_call("increase_prometheus", S, 60.0, "victoriametrics")
+
+
 @pytest.mark.parametrize(("target", "host"), [
     ("gpu01:9100", "gpu01"), ("gpu01", "gpu01"), ("[fe80::1]:9100", "fe80::1"),
     ("10.0.0.7:9400", "10.0.0.7"), ("", ""), ("fe80::1", "fe80::1"),

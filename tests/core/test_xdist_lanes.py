@@ -14,24 +14,27 @@ COLLECTION = [
     f"{SLURM}::test_sync[slurm-24.11-rest]",
     f"{SLURM}::test_wave[slurm-26.05]",
     f"{PROM}::test_rules",
+    f"{PROM}::test_store[victoriametrics-5001]",
     f"{PLAIN}::test_b",
 ]
 
 
 def test_with_a_worker_per_lane_each_release_and_the_other_services_run_apart():
-    scope_of, lanes = plan(COLLECTION, workers=6)
+    scope_of, lanes = plan(COLLECTION, workers=7)
     assert lanes == {"gw0": "services", "gw1": "slurm-22.05", "gw2": "slurm-24.11",
-                     "gw3": "slurm-26.05"}
+                     "gw3": "slurm-26.05", "gw4": "victoriametrics"}
     assert [scope_of[n] for n in COLLECTION] == [
-        f"{PLAIN}#1", "slurm-22.05", "slurm-24.11", "slurm-26.05", "services", f"{PLAIN}#2"]
+        f"{PLAIN}#1", "slurm-22.05", "slurm-24.11", "slurm-26.05", "services",
+        "victoriametrics", f"{PLAIN}#2"]
 
 
 def test_with_too_few_workers_every_lane_runs_on_the_first_one_in_collection_order():
     scope_of, lanes = plan(COLLECTION, workers=3)
     assert lanes == {"gw0": "services"}
-    assert [scope_of[n] for n in COLLECTION[1:5]] == ["services"] * 4
+    assert [scope_of[n] for n in COLLECTION[1:6]] == ["services"] * 5
 
 
 def test_one_worker_or_no_shared_service_keeps_nothing_apart():
     assert plan(COLLECTION, workers=1)[1] == {}
+    assert plan([f"{PLAIN}::test_a[victoriametrics]"], workers=7)[1] == {}  # no marker
     assert plan([f"{PLAIN}::test_a", f"{PLAIN}::test_b"], workers=6)[1] == {}

@@ -1,9 +1,11 @@
-"""Fixtures of the integration tests: one real Slurm dev cluster per release."""
+"""Fixtures of the integration tests: one real Slurm dev cluster per release, each telemetry
+store."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.integration.prom import STORES, Store
 from tests.integration.slurm import RELEASES, SlurmDev
 
 
@@ -21,3 +23,14 @@ def slurm(request: pytest.FixtureRequest) -> SlurmDev:
 def backend(request: pytest.FixtureRequest) -> str:
     """The Beacon backend that reads the cluster: the command-line tools or slurmrestd."""
     return str(request.param)
+
+
+@pytest.fixture(scope="module", params=STORES, ids=lambda store: store.kind)
+def store(request: pytest.FixtureRequest) -> Store:
+    """Each telemetry store Beacon supports (docs/metrics.md): the loopback Prometheus
+    (``deploy/dev/prometheus.sh up``) and VictoriaMetrics (``deploy/dev/victoria-metrics.sh
+    up``); skips when it is down, which fails the test under CI=true. Module scope: a
+    module's tests run store by store, each data set loaded once per store."""
+    chosen: Store = request.param
+    chosen.require()
+    return chosen

@@ -38,6 +38,7 @@ from tests.integration.services import require
 ROOT = Path(__file__).resolve().parents[2]
 NODE_SCRIPT = ROOT / "deploy" / "dev" / "node-exporter.sh"
 PROM_SCRIPT = ROOT / "deploy" / "dev" / "prometheus.sh"
+VM_SCRIPT = ROOT / "deploy" / "dev" / "victoria-metrics.sh"
 RULES = ROOT / "deploy" / "prometheus" / "rules"
 USER_HZ = 100  # /proc/stat ticks per second, as node_exporter assumes
 
@@ -400,25 +401,46 @@ def private_prometheus(workdir: Path, config: Path | None = None
     """A Prometheus of this test's own (``deploy/dev/prometheus.sh`` on a free port, data
     under ``workdir``); yields its URL and the environment that names it to the script
     (``backfill`` with it loads OpenMetrics files into this one)."""
-    port = free_port()
-    env = {**os.environ, "PROM_PORT": str(port), "PROM_DIR": str(workdir / "prometheus")}
+    env = {}
     if config is not None:
         env["PROM_CONFIG"] = str(config)
-    done = subprocess.run([str(PROM_SCRIPT), "up"], env=env, capture_output=True, text=True,
+    with private_store(workdir, "prometheus", env) as found:
+        yield found
+
+
+# store kind -> (script, port variable, data dir variable)
+STORE_SCRIPTS = {"prometheus": (PROM_SCRIPT, "PROM_PORT", "PROM_DIR"),
+                 "victoriametrics": (VM_SCRIPT, "VM_PORT", "VM_DIR")}
+
+
+@contextmanager
+def private_store(workdir: Path, kind: str, extra: dict[str, str] | None = None
+                  ) -> Iterator[tuple[str, dict[str, str]]]:
+    """A telemetry store of this test's own, Prometheus or VictoriaMetrics (its dev script
+    on a free port, data under ``workdir``); yields its URL and the environment that names
+    it to the script (``load`` with it fills this one)."""
+    script, port_var, dir_var = STORE_SCRIPTS[kind]
+    port = free_port()
+    env = {**os.environ, port_var: str(port), dir_var: str(workdir / kind), **(extra or {})}
+    env["STORE_KIND"] = kind
+    done = subprocess.run([str(script), "up"], env=env, capture_output=True, text=True,
                           timeout=900, check=False)
-    require(done.returncode == 0 or "missing" not in done.stderr, "Prometheus",
-            f"{PROM_SCRIPT.relative_to(ROOT)} up (as root it installs the Debian package)")
+    require(done.returncode == 0 or "missing" not in done.stderr, kind,
+            f"{script.relative_to(ROOT)} up (as root it installs the Debian package)")
     assert done.returncode == 0, done.stderr or done.stdout
     try:
         yield f"http://127.0.0.1:{port}", env
     finally:
-        subprocess.run([str(PROM_SCRIPT), "down"], env=env, capture_output=True, timeout=60,
+        subprocess.run([str(script), "down"], env=env, capture_output=True, timeout=60,
                        check=False)
 
 
 def backfill(env: dict[str, str], files: Sequence[Path]) -> None:
-    """Load OpenMetrics ``files`` into the private Prometheus ``env`` names (promtool)."""
-    done = subprocess.run([str(PROM_SCRIPT), "backfill", *map(str, files)], env=env,
+    """Load OpenMetrics ``files`` into the private store ``env`` names (promtool blocks for
+    Prometheus, the import API for VictoriaMetrics)."""
+    script, command = (VM_SCRIPT, "import") if env.get("STORE_KIND") == "victoriametrics" \
+        else (PROM_SCRIPT, "backfill")
+    done = subprocess.run([str(script), command, *map(str, files)], env=env,
                           capture_output=True, text=True, timeout=1800, check=False)
     assert done.returncode == 0, done.stderr or done.stdout
 

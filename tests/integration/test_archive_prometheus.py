@@ -1,4 +1,5 @@
-"""The job archive end to end: real Prometheus (and the real OpenMetrics file) into the DB."""
+"""The job archive end to end: real Prometheus or VictoriaMetrics (and the real OpenMetrics
+file) into the DB."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ def _dt(seconds: float) -> datetime:
 
 
 @pytest.fixture
-def cluster() -> Cluster:
-    url = prom.require_prometheus()
-    prom.ensure_loaded(data.NAME, data.T0, "".join(data.openmetrics()))
-    cluster = Cluster.objects.create(name="promtest", prometheus_url=url)
+def cluster(store: prom.Store) -> Cluster:
+    store.ensure_loaded(data.NAME, data.T0, "".join(data.openmetrics()))
+    cluster = Cluster.objects.create(name="promtest", prometheus_url=store.url,
+                                     metric_labels={"store": store.kind})
     for host in data.NODES:
         Node.objects.create(cluster=cluster, name=host, gpu_count=8)
     return cluster

@@ -19,7 +19,6 @@ T0 = 1_791_331_200  # 2026-10-07 00:00:00 UTC, a day no other data set uses
 SCRAPE = 30
 BOUNDARY = T0 + 1800  # one job ends, the next begins on the same node
 BEFORE, AFTER = 5e9, 1e6  # bytes/s received over InfiniBand, each direction
-CAT = Catalogue()
 
 
 def _openmetrics() -> str:
@@ -36,24 +35,27 @@ def _openmetrics() -> str:
 
 
 @pytest.fixture(scope="module")
-def client() -> PrometheusClient:
-    url = prom.require_prometheus()
-    prom.ensure_loaded(NAME, T0 + 3600, _openmetrics())
-    return PrometheusClient(url, timeout=10)
+def client(store: prom.Store) -> PrometheusClient:
+    store.ensure_loaded(NAME, T0 + 3600, _openmetrics())
+    return PrometheusClient(store.url, timeout=10)
 
 
-def test_the_next_jobs_traffic_is_its_own_from_its_first_point(client):
+def _cat(store: prom.Store) -> Catalogue:
+    return Catalogue.from_config({"store": store.kind})
+
+
+def test_the_next_jobs_traffic_is_its_own_from_its_first_point(store, client):
     window = Window(BOUNDARY, BOUNDARY + 600)
     telemetry = JobTelemetry(plan(window, SCRAPE), "host")
-    fetch_nodes(client, CAT, ["gpu09"], telemetry)
+    fetch_nodes(client, _cat(store), ["gpu09"], telemetry)
     points = telemetry.nodes["gpu09"]["ib_rx"].points
     assert len(points) == 20
     assert [round(v) for _, v in points] == [round(AFTER)] * 20
 
 
-def test_the_previous_job_still_sees_all_of_its_own(client):
+def test_the_previous_job_still_sees_all_of_its_own(store, client):
     window = Window(BOUNDARY - 600, BOUNDARY)
     telemetry = JobTelemetry(plan(window, SCRAPE), "host")
-    fetch_nodes(client, CAT, ["gpu09"], telemetry)
+    fetch_nodes(client, _cat(store), ["gpu09"], telemetry)
     points = telemetry.nodes["gpu09"]["ib_rx"].points
     assert [round(v) for _, v in points] == [round(BEFORE)] * 20

@@ -1,7 +1,7 @@
-"""Faults (issue 10): Prometheus stopped for real in the middle of an archive run, then
-started again.
+"""Faults (issue 10): the telemetry store, Prometheus or VictoriaMetrics (issue 29), stopped
+for real in the middle of an archive run, then started again.
 
-The test runs its OWN Prometheus (``deploy/dev/prometheus.sh`` on a free port, its data in a
+The test runs its OWN store (``deploy/dev/prometheus.sh`` on a free port, its data in a
 temporary PROM_DIR), never the shared one other tests and CI use: stopping that one would
 break them. The archive's session stops the server (the script's ``down``: SIGTERM to the
 pid it started) once the GPU queries are done and before the node queries, so the fault
@@ -36,21 +36,27 @@ from tests.integration import telemetry_data as data
 from tests.integration.services import require
 
 pytestmark = [pytest.mark.integration("prometheus"), pytest.mark.slow]
-SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "dev" / "prometheus.sh"
+DEV = Path(__file__).resolve().parents[2] / "deploy" / "dev"
+# store kind -> (script, port variable, data dir variable, the command that loads files)
+KINDS = {"prometheus": ("prometheus.sh", "PROM_PORT", "PROM_DIR", "backfill"),
+         "victoriametrics": ("victoria-metrics.sh", "VM_PORT", "VM_DIR", "import")}
 
 
 class PrivatePrometheus:
-    """A Prometheus of this test alone, driven through deploy/dev/prometheus.sh."""
+    """A store of this test alone, driven through its deploy/dev script."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, kind: str = "prometheus") -> None:
+        self.kind = kind
+        name, port_var, dir_var, self.load = KINDS[kind]
+        self.path = DEV / name
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "PROM_PORT": str(self.port), "PROM_DIR": str(base)}
+        self.env = {**os.environ, port_var: str(self.port), dir_var: str(base)}
 
     def script(self, *args: str) -> None:
-        done = subprocess.run([str(SCRIPT), *args], env=self.env, capture_output=True,
+        done = subprocess.run([str(self.path), *args], env=self.env, capture_output=True,
                               text=True, timeout=300, check=False)
-        assert done.returncode == 0, f"prometheus.sh {' '.join(args)}: {done.stderr}"
+        assert done.returncode == 0, f"{self.path.name} {' '.join(args)}: {done.stderr}"
 
     def answers(self) -> bool:
         try:
@@ -59,18 +65,23 @@ class PrivatePrometheus:
             return False
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePrometheus]:
-    require(shutil.which("prometheus") is not None and shutil.which("promtool") is not None,
-            "prometheus and promtool", "apt-get install prometheus (.ci/run installs it)")
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def server(request: pytest.FixtureRequest,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePrometheus]:
+    if request.param == "prometheus":
+        require(shutil.which("prometheus") is not None and shutil.which("promtool") is not None,
+                "prometheus and promtool", "apt-get install prometheus (.ci/run installs it)")
+    else:
+        require(shutil.which("victoria-metrics") is not None, "victoria-metrics",
+                "deploy/dev/victoria-metrics.sh install (.ci/run installs it)")
     base = tmp_path_factory.mktemp("prom-fault")
-    server = PrivatePrometheus(base)
+    server = PrivatePrometheus(base, request.param)
     data_file = base / "telemetry.om"
     with data_file.open("w", encoding="utf-8") as out:
         out.writelines(data.openmetrics())
     server.script("up")
     try:
-        server.script("backfill", str(data_file))
+        server.script(server.load, str(data_file))
         yield server
     finally:
         server.script("down")
@@ -103,7 +114,8 @@ def _summaries(job: Job) -> list[tuple[Any, ...]]:
 def test_prometheus_stopped_mid_archive_leaves_the_archive_whole_and_pages_up(server,
                                                                                monkeypatch):
     spec = data.JOBS[5001]  # two nodes: GPU queries, then node queries
-    cluster = Cluster.objects.create(name="promfault", prometheus_url=server.url)
+    cluster = Cluster.objects.create(name="promfault", prometheus_url=server.url,
+                                     metric_labels={"store": server.kind})
     for host in data.NODES:
         Node.objects.create(cluster=cluster, name=host, gpu_count=8)
     job = Job.objects.create(

@@ -47,6 +47,8 @@ from apps.clusters.adapters.promql import (
     UnsafeValue,
     check_label,
     check_metric,
+    check_store,
+    counter_call,
     counter_sum,
     deduplicated,
     host_of,
@@ -104,12 +106,14 @@ NODE_SAMPLE_MATCHERS: dict[str, tuple[str, str, str]] = {
 
 
 def node_query(how: str, families: Sequence[str], node: str, sel: Sequence[Matcher],
-               window: str) -> str:
+               window: str | float, store: str = "prometheus") -> str:
     """The PromQL of one node measure over the matchers ``sel``, grouped by ``node``.
 
     Counters (``rate``, ``increase``, ``busy``) go through ``promql.counter_sum``: one
     selector per name (rate() drops the name, and the received and transmitted series
     of a port share every other label), a target scraped twice counted once.
+    ``window`` in seconds is read as Prometheus reads it, on ``store``
+    (``promql.counter_call``).
     """
     def matchers(family: str) -> list[Matcher]:
         rule = NODE_SAMPLE_MATCHERS.get(family)
@@ -118,10 +122,11 @@ def node_query(how: str, families: Sequence[str], node: str, sel: Sequence[Match
     if how in ("rate", "increase"):
         if len({tuple(matchers(f)) for f in families}) != 1:
             raise ValueError("the families of one measure must share their matchers")
-        return counter_sum(families, matchers(families[0]), window, [node], fn=how)
+        return counter_sum(families, matchers(families[0]), window, [node], fn=how,
+                           store=store)
     if how == "busy":
         (family,) = families
-        idle = counter_sum([family], matchers(family), window, [node, "cpu"])
+        idle = counter_sum([family], matchers(family), window, [node, "cpu"], store=store)
         return f"1 - avg by ({node}) ({idle})"
     if how == "difference":
         total, available = families
@@ -166,6 +171,7 @@ class Catalogue:
     file_system: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: dict(FS_COUNTERS))
     exporters: tuple[str, ...] = ("dcgm",)
     amd: Dialect = AMD
+    store: str = "prometheus"  # the query engine: promql.STORES, docs/metrics.md "Stores"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any] | None,
@@ -177,7 +183,7 @@ class Catalogue:
         """
         config = dict(config or {})
         known = {"job", "hostname", "gpu", "uuid", "node", "cluster", "cluster_value",
-                 "scrape_interval", "metrics", "file_system", "exporters", "amd"}
+                 "scrape_interval", "metrics", "file_system", "exporters", "amd", "store"}
         unknown = sorted(set(config) - known)
         if unknown:
             raise CatalogueError(f"metric_labels: unknown key(s) {', '.join(unknown)}")
@@ -198,6 +204,7 @@ class Catalogue:
                 file_system=_file_system(config.get("file_system", {})),
                 exporters=_exporters(config.get("exporters", site.get("exporters"))),
                 amd=_amd(config.get("amd", {}), str(site.get("amd_prefix") or "")),
+                store=check_store(config.get("store", base.store)),
             )
         except UnsafeValue as exc:
             raise CatalogueError(f"metric_labels: {exc}") from None
@@ -220,12 +227,14 @@ class Catalogue:
         each (their units and labels differ, so each is scaled and keyed on its own)."""
         return [(m, d, d.metrics[m]) for m in measures for d in self.dialects if m in d.metrics]
 
-    def node_queries(self, sel: Sequence[Matcher] = (), window: str = "5m"
+    def node_queries(self, sel: Sequence[Matcher] = (), window: str | float = "5m"
                      ) -> dict[str, tuple[str, str]]:
         """Measure -> (PromQL, unit) for the node series over the matchers ``sel``: the
-        node_exporter measures and this cluster's file-system counters, by node label."""
-        return {measure: (node_query(how, families, self.node_label, sel, window),
-                          NODE_UNITS[measure])
+        node_exporter measures and this cluster's file-system counters, by node label.
+        ``window`` in seconds reads counters as Prometheus would over that range, on this
+        cluster's store (``promql.counter_call``); a PromQL duration is used as it is."""
+        return {measure: (node_query(how, families, self.node_label, sel, window,
+                                     self.store), NODE_UNITS[measure])
                 for measure, (families, how) in self.node_samples.items()}
 
     @cached_property
@@ -312,7 +321,7 @@ class Catalogue:
 
 
 def windowed(spec: MetricSpec, alternatives: Sequence[Sequence[Matcher]], window: str,
-             rate_window: str, fn: str = "") -> str:
+             rate_window: str | float, fn: str = "", store: str = "prometheus") -> str:
     """The PromQL of one exporter series read once per window, ``or``-ed over its names
     (an older name after the current one) and the matcher ``alternatives`` (label
     spellings): ``<fn or reduce>_over_time(name{...}[window])``, or ``rate(...)`` over
@@ -323,7 +332,7 @@ def windowed(spec: MetricSpec, alternatives: Sequence[Sequence[Matcher]], window
     for name in spec.names:
         for matchers in alternatives:
             sel = selector(name, *matchers, *where)
-            expr = f"rate({sel}[{rate_window}])" if spec.reduce == "rate" else \
+            expr = counter_call("rate", sel, rate_window, store) if spec.reduce == "rate" else \
                 f"{fn or spec.reduce}_over_time({sel}[{window}])"
             if spec.over:
                 how = "sum" if spec.combine == "sum" else "avg"

@@ -170,10 +170,49 @@ NAME_LABEL = "beacon_name"
 # short-window rates is biased up (measured: a 25 % busy node read as 19 %).
 SCRAPE_LABELS = ("job",)
 COUNTER_FUNCTIONS = ("rate", "increase", "irate")
+# The query engines Beacon reads (Cluster.metric_labels "store"; docs/metrics.md, "Stores"):
+# Prometheus's (Prometheus 2.x, and Thanos Query and Mimir, which run it) and MetricsQL
+# (VictoriaMetrics, single node or cluster).
+STORES = ("prometheus", "victoriametrics")
 
 
-def counter_sum(names: Sequence[str], matchers: Sequence[Matcher], window: str,
-                by: Sequence[str], *, fn: str = "rate") -> str:
+def check_store(store: object) -> str:
+    """A store ``metric_labels`` may name (``STORES``)."""
+    if store not in STORES:
+        raise UnsafeValue(f"store {store!r} is not one of {', '.join(STORES)}")
+    return str(store)
+
+
+def counter_call(fn: str, sel: str, window: str | float, store: str = "prometheus") -> str:
+    """``fn(sel[window])`` as Prometheus reads it, written for ``store`` (issue 29).
+
+    ``window`` is a PromQL duration (used as it is) or seconds. Prometheus 2.x reads the
+    samples inside ``[t - window, t]``, extrapolated to the range. VictoriaMetrics'
+    ``rate`` and ``increase`` differ: they also take the last sample *before* the range
+    (and widen a range shorter than ~1.25 scrapes), so a job's first point carried the
+    previous job's traffic; and ``increase`` takes a series' first value as an increase
+    from 0 when nothing precedes it and the value is small (a partition-key counter that
+    stood at 3 when the window opened read as "3 violations" at its first minute). So on
+    VictoriaMetrics ``rate`` is ``increase_prometheus`` (the samples inside the range only,
+    resets handled, no zero assumed) over the time between the range's first and last
+    sample, and ``increase`` is that rate times the range, as Prometheus extrapolates it;
+    the range gains a millisecond, since VictoriaMetrics' ranges exclude their start.
+    """
+    check_store(store)
+    if fn not in COUNTER_FUNCTIONS:
+        raise UnsafeValue(f"{fn!r} is not a counter function ({', '.join(COUNTER_FUNCTIONS)})")
+    if store == "prometheus" or fn == "irate" or isinstance(window, str):
+        return f"{fn}({sel}[{window if isinstance(window, str) else duration(window)}])"
+    span = f"{sel}[{duration(window + 0.001)}]"
+    sampled = f"(tlast_over_time({span}) - tfirst_over_time({span}))"
+    if fn == "rate":
+        return f"(increase_prometheus({span}) / {sampled})"
+    # the factor first, as Prometheus does: exactly 1 when the samples span the range
+    return f"(increase_prometheus({span}) * ({window:.3f} / {sampled}))"
+
+
+def counter_sum(names: Sequence[str], matchers: Sequence[Matcher], window: str | float,
+                by: Sequence[str], *, fn: str = "rate", store: str = "prometheus") -> str:
     """``sum by (by) (fn(name[window]))`` over one or several counter names.
 
     Each name is its own selector; with several, each result carries its name in
@@ -181,7 +220,8 @@ def counter_sum(names: Sequence[str], matchers: Sequence[Matcher], window: str,
     series of one port never share a label set (put ``NAME_LABEL`` in ``by`` to keep
     the names apart in the answer). ``avg without (job)`` first, so a target scraped by
     two jobs is counted once. Counter resets are ``fn``'s business (rate and increase
-    handle them).
+    handle them). ``window`` in seconds is read as Prometheus reads it on ``store``
+    (:func:`counter_call`).
     """
     if fn not in COUNTER_FUNCTIONS:
         raise UnsafeValue(f"{fn!r} is not a counter function ({', '.join(COUNTER_FUNCTIONS)})")
@@ -189,11 +229,11 @@ def counter_sum(names: Sequence[str], matchers: Sequence[Matcher], window: str,
         raise UnsafeValue("a counter sum needs at least one metric name")
     group = ", ".join(check_label(label) if label != NAME_LABEL else label for label in by)
     if len(set(names)) == 1:
-        inner = f"{fn}({selector(names[0], *matchers)}[{window}])"
+        inner = counter_call(fn, selector(names[0], *matchers), window, store)
     else:
         inner = " or ".join(
-            f'label_replace({fn}({selector(name, *matchers)}[{window}]), "{NAME_LABEL}", '
-            f'"{name}", "", "")' for name in dict.fromkeys(names))
+            f'label_replace({counter_call(fn, selector(name, *matchers), window, store)}, '
+            f'"{NAME_LABEL}", "{name}", "", "")' for name in dict.fromkeys(names))
     return f"sum by ({group}) ({deduplicated(inner)})"
 
 

@@ -173,8 +173,9 @@ def fetch_nodes(client: PrometheusClient, catalogue: Catalogue, hosts: Iterable[
     # The bucket plus one scrape, less a millisecond: the samples from the previous point's
     # time to this one, so each adjacent pair is counted once, as the file path does (range
     # selectors include both ends in Prometheus 2). Four scrapes, as it was, spread the previous
-    # job's traffic on a node over the next job's first points.
-    rate_window = duration(p.step + catalogue.scrape_interval - 0.001)
+    # job's traffic on a node over the next job's first points. In seconds: written for the
+    # cluster's store so that it reads the same samples there (promql.counter_call).
+    rate_window = p.step + catalogue.scrape_interval - 0.001
     failures: list[QueryFailure] = []
     for name, (expr, _unit) in catalogue.node_queries(sel, rate_window).items():
         result = read_narrowly(failures, name, expr, partial(
@@ -209,14 +210,15 @@ def _fetch(client: PrometheusClient, catalogue: Catalogue, window: Window,
     # avg_over_time per window (w = step - 1 ms); a running total's rate over the window
     # and one scrape before it, so the window's first sample has a predecessor
     window_ = duration(p.step - 0.001) if p.step > 0.002 else duration(p.step)
-    rate_window = duration(p.step + catalogue.scrape_interval - 0.001)
+    rate_window = p.step + catalogue.scrape_interval - 0.001
     asked = catalogue.pairs(measures)
     first = catalogue.dialects[0].name
     for measure, dialect, spec in asked:
         # One query per metric: functions drop __name__, so a regex over several
         # metrics fails with "vector cannot contain metrics with the same labelset".
         # A query that fails costs its measure only (read_narrowly); all of them: raised.
-        expr = windowed(spec, alternatives(dialect), window_, rate_window)
+        expr = windowed(spec, alternatives(dialect), window_, rate_window,
+                        store=catalogue.store)
         name = measure if dialect.name == first else f"{measure} ({dialect.name})"
         result = read_narrowly(failures, name, expr, partial(
             client.query_range, expr, p.first, p.window.end, p.step, stats=stats))

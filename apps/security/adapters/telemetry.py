@@ -138,11 +138,13 @@ def gpu_queries(catalogue: Catalogue, step: float) -> dict[str, str]:
     cluster = _cluster(catalogue)
     window = duration(max(step - 0.001, 0.001))
     instant = instant_window(catalogue, step)
-    rate_window = duration(step + catalogue.scrape_interval)
+    rate_window = step + catalogue.scrape_interval
+    store = catalogue.store
     # Memory is read at each instant, not averaged: two jobs' series at one instant then
     # mean two jobs at once (an average would also hold a job that ended mid-step).
-    return {name: windowed(spec, [cluster], instant, rate_window, fn="last")
-            if measure == INSTANT_MEASURE else windowed(spec, [cluster], window, rate_window)
+    return {name: windowed(spec, [cluster], instant, rate_window, fn="last", store=store)
+            if measure == INSTANT_MEASURE else
+            windowed(spec, [cluster], window, rate_window, store=store)
             for name, (measure, spec) in gpu_reads(catalogue).items()}
 
 
@@ -183,20 +185,22 @@ def node_queries(catalogue: Catalogue, step: float) -> dict[str, str]:
     count in two buckets, never in none.
     """
     node, cluster = catalogue.node_label, _cluster(catalogue)
-    rate_window = duration(step + catalogue.scrape_interval)
+    seconds = step + catalogue.scrape_interval
     queries = {}
     for measure, (families, how) in NODE_FAMILIES.items():
         matchers = [*cluster, Matcher.not_matching("device", "lo|ib.*")] \
             if measure == "egress" else cluster
         by = [node, "device"] if measure == "ib" else [node]
-        queries[measure] = counter_sum(families, matchers, rate_window, by, fn=how)
+        queries[measure] = counter_sum(families, matchers, seconds, by, fn=how,
+                                       store=catalogue.store)
     idle = [Matcher.eq("mode", "idle"), *cluster]
     last = f"last_over_time({selector(CPU_FAMILY, *idle)}[{instant_window(catalogue, step)}])"
     cores = f"count by ({node}) ({deduplicated(last)})"
     queries["cpu_cores"] = cores
     # busy = cores - idle, subtracted by ``_busy_cores``: a ``cores - idle`` query counted
     # the cores a second time (a third of the window's Prometheus time at 10,000 GPUs)
-    queries["cpu_idle"] = counter_sum([CPU_FAMILY], idle, rate_window, [node])
+    queries["cpu_idle"] = counter_sum([CPU_FAMILY], idle, seconds, [node],
+                                      store=catalogue.store)
     return queries
 
 
