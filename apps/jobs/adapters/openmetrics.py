@@ -332,9 +332,10 @@ def jobs_series(lines: Iterable[str], catalogue: Catalogue,
     for series in read_series(lines, keep):
         if series.metric in node_keys:
             host = host_of(series.labels.get(catalogue.node_label, ""))
-            for key in node_keys[series.metric]:  # CPU time: the mode picks the measure
-                if node_sample_wanted(key, series.labels):
-                    node_raw.setdefault((host, key), []).append((series.metric, series.points))
+            for family in node_keys[series.metric]:  # CPU time: the mode picks the measure
+                if node_sample_wanted(family, series.labels):
+                    node_raw.setdefault((host, family), []).append(
+                        (series.metric, series.points))
         else:
             _assign(series, catalogue, labelled, held, pairs, found_by_label)
     return {r.job_id: _job_result(r, pairs[r.job_id], node_raw, catalogue,
