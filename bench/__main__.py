@@ -31,7 +31,9 @@ BENCHMARKS = [
     "db_size",        # issue 11: rows and bytes per job, for docs/SCALING.md
     "chargeback",     # issue 8: a month's statements vs a hand-written GROUP BY
     "slo",            # issue 7: 50 teams' scorecards vs hand-written SQL; the page's time
+    "reports",        # issue 30: usage reports per team/user and day vs hand-written SQL
     "detect_scale",   # issue 17: one live detection window at 1k-10k GPUs
+    "archive_drop",   # issue 29: dropping a month of the partitioned archive
 ]
 SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 

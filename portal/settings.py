@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "apps.security",
     "apps.slo",
     "apps.guardrails",
+    "apps.reports",
     "apps.shell",
     "apps.demo",
 ]
@@ -79,6 +80,8 @@ MIDDLEWARE = [
     "apps.core.middleware.ServerTimingMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # before sessions and auth, whose reads it routes (apps/core/replica.py)
+    "apps.core.replica.ReplicaMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     # per-address API rate limit, before authentication (apps/core/api/throttles.py)
@@ -129,6 +132,35 @@ else:
     DATABASES = {"default": sqlite_database(private_dir(DATA_DIR) / "beacon.sqlite3")}
 if "sqlite3" in str(DATABASES["default"]["ENGINE"]):
     private_file(Path(str(DATABASES["default"]["NAME"])))  # 0600 (apps/core/sqlite.py)
+# A PostgreSQL streaming replica for page and API reads (apps/core/replica.py; unset: every
+# read goes to DATABASE_URL). Same form as DATABASE_URL; the replica's connect timeout is 3 s
+# unless the URL sets one.
+DATABASE_REPLICA_URL = env_str("DATABASE_REPLICA_URL")
+if DATABASE_REPLICA_URL:
+    DATABASES["replica"] = database_from_url(DATABASE_REPLICA_URL)
+    DATABASES["replica"]["OPTIONS"] = {"connect_timeout": "3",
+                                       **DATABASES["replica"]["OPTIONS"]}  # type: ignore[dict-item]
+    DATABASES["replica"]["TEST"] = {"MIRROR": "default"}
+# Behind pgbouncer in transaction pooling mode (docs/DEPLOY.md): no server-side cursors, since a
+# named cursor would outlive the transaction pgbouncer lent its server connection for (Django
+# already leaves psycopg's prepared statements off)
+DATABASE_TRANSACTION_POOLING = env_bool("DATABASE_TRANSACTION_POOLING", False)
+for _db in DATABASES.values():
+    if DATABASE_TRANSACTION_POOLING and "postgresql" in str(_db["ENGINE"]):
+        _db["DISABLE_SERVER_SIDE_CURSORS"] = True
+DATABASE_ROUTERS = ["apps.core.replica.ReplicaRouter"]
+# Seconds the replica may lag (pg_last_xact_replay_timestamp) before reads go to the primary
+DATABASE_REPLICA_MAX_LAG = env_int("DATABASE_REPLICA_MAX_LAG", 5, minimum=0)
+# Seconds a browser reads the primary after a request of theirs wrote (read-your-writes)
+DATABASE_REPLICA_STICKY = env_int("DATABASE_REPLICA_STICKY", 15, minimum=1)
+# Seconds between a process's checks of the replica's lag and reachability
+DATABASE_REPLICA_CHECK_EVERY = env_int("DATABASE_REPLICA_CHECK_EVERY", 5, minimum=1)
+# The archive's per-GPU and per-node tables are partitioned by month on PostgreSQL
+# (apps/jobs/partitions.py): beat creates this many months of partitions ahead, daily
+ARCHIVE_PARTITIONS_AHEAD = env_int("ARCHIVE_PARTITIONS_AHEAD", 3, minimum=1)
+# Months of per-GPU and per-node archive kept before the current one; older months are
+# detached and dropped whole (0: keep everything). Job-level figures (JobMetrics) stay.
+ARCHIVE_RETENTION_MONTHS = env_int("ARCHIVE_RETENTION_MONTHS", 0, minimum=0)
 
 # --- Auth and sessions ---------------------------------------------------------------
 
@@ -310,7 +342,8 @@ TASK_KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
         "apps.jobs.tasks.collect_traces", "apps.jobs.tasks.collect_all_traces")),
     # a job's metrics archived from Prometheus
     "archive": (env_int("TASK_TIME_LIMIT_ARCHIVE", 900, minimum=30), (
-        "apps.jobs.tasks.archive_job", "apps.jobs.tasks.archive_pending")),
+        "apps.jobs.tasks.archive_job", "apps.jobs.tasks.archive_pending",
+        "apps.jobs.tasks.maintain_archive_partitions")),
     # security detection of a cluster; keep it under SECURITY_CLAIM_EXPIRY
     "detection": (env_int("TASK_TIME_LIMIT_DETECTION", 1500, minimum=60), (
         "apps.security.tasks.detect_cluster",)),
@@ -352,6 +385,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
                         "kwargs": {"keep_days": TASK_RUN_KEEP_DAYS}},
     "sweep-stale-runs": {"task": "apps.core.tasks.sweep_stale_runs", "schedule": 900.0,
                          "kwargs": {"older_than_minutes": TASK_RUN_STALE_MINUTES}},
+    # The archive's monthly partitions, ahead and past retention (apps/jobs/partitions.py)
+    "archive-partitions": {"task": "apps.jobs.tasks.maintain_archive_partitions",
+                           "schedule": 24 * 3600.0},
     # Safety net behind the end-of-job hook: archive finished jobs nobody archived yet.
     "archive-pending-jobs": {"task": "apps.jobs.tasks.archive_pending", "schedule": 300.0},
     # Traces from TRACE_ROOT (apps/jobs/tasks.py), per cluster; nothing to do while unset.
@@ -370,6 +406,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
                      "schedule": float(env_int("SLURM_SYNC_SHARES_EVERY", 300, minimum=30))},
     "slurm-labels": {"task": "apps.clusters.tasks.sync_all_clusters", "args": ("labels",),
                      "schedule": float(env_int("SLURM_LABEL_EVERY", 120, minimum=30))},
+    # Reservations and QOS limits (apps/clusters/sync_limits.py): read by the live cluster view.
+    "slurm-limits": {"task": "apps.clusters.tasks.sync_all_clusters", "args": ("limits",),
+                     "schedule": float(env_int("SLURM_SYNC_LIMITS_EVERY", 120, minimum=30))},
     # Chargeback (apps/chargeback): the open months' draft statements, rewritten in place.
     "chargeback-drafts": {"task": "apps.chargeback.tasks.refresh_drafts",
                           "schedule": float(CHARGEBACK_REFRESH_EVERY)},

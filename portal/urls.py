@@ -25,6 +25,7 @@ urlpatterns = [
     path("", include("apps.audit.urls")),
     path("", include("apps.chargeback.urls")),
     path("", include("apps.quotas.urls")),
+    path("", include("apps.reports.urls")),
     path("", include("apps.security.urls")),
     path("", include("apps.slo.urls")),
     path("", include("apps.guardrails.urls")),

@@ -20,8 +20,10 @@ from apps.clusters.adapters.slurm import (
     GpuBinding,
     JobAllocation,
     LimitChange,
+    Qos,
     QueueEntry,
     RecordError,
+    Reservation,
     ShareRow,
     SlurmJob,
     SlurmNode,
@@ -58,6 +60,8 @@ class FakeSlurm:
     scripts: dict[str, str] = field(default_factory=dict)
     environments: dict[str, str] | AdapterError = field(default_factory=dict)
     report: list[UsageRow] = field(default_factory=list)
+    reservation_list: list[Reservation] | AdapterError = field(default_factory=list)
+    qos_list: list[Qos] | AdapterError = field(default_factory=list)
     allocations: list[JobAllocation] = field(default_factory=list)
     limit_fail: Exception | None = None  # what the next limit write raises, if anything
     # what the first read after a limit write raises (Slurm took the write, then went away)
@@ -182,6 +186,17 @@ class FakeSlurm:
             raise self.share_rows
         return list(self.share_rows)
 
+    def reservations(self) -> list[Reservation]:
+        self._call("reservations")
+        if isinstance(self.reservation_list, AdapterError):
+            raise self.reservation_list
+        return list(self.reservation_list)
+
+    def qos(self) -> list[Qos]:
+        self._call("qos")
+        if isinstance(self.qos_list, AdapterError):
+            raise self.qos_list
+        return list(self.qos_list)
 
     def usage_report(self, start: datetime, end: datetime, tres: str) -> list[UsageRow]:
         self._call("usage_report", (start, end, tres))
@@ -272,8 +287,16 @@ def recorded_slurm_bin(bin_dir: Path, release: str = "22.05") -> Path:
                   f'*) cat {here / "sacct_window.json"};; esac')
     nodes = (FIXTURES / "rest" / "v0.0.38_nodes.json") if release == "22.05" else \
         sorted((here / "rest").glob("v0.0.*_nodes.json"))[-1]
+    # reservations and QOS (tests/fixtures/slurm/live/): 22.05's text, JSON from 23.02 (24.11
+    # has no recording there yet: 26.05's JSON stands in)
+    live = FIXTURES / "live" / (release if (FIXTURES / "live" / release).is_dir() else "26.05")
+    ext = "txt" if release == "22.05" else "json"
     write_command(bin_dir, "scontrol", f'echo "scontrol $*" >> {log}\ncase "$*" in '
                   f'*partition*) cat {here / "scontrol_partitions.txt"};; '
                   f'*nodes*) cat {nodes};; '
+                  f'*reservation*) cat {live / f"scontrol_reservations.{ext}"};; '
                   f'*) cat {here / "scontrol_show_job.txt"};; esac')
+    write_command(bin_dir, "sacctmgr", f'echo "sacctmgr $*" >> {log}\ncase "$*" in '
+                  f'*qos*) cat {live / f"sacctmgr_qos.{ext}"};; '
+                  f'*) cat {here / "sacctmgr_assoc.txt"};; esac')
     return bin_dir

@@ -2,7 +2,9 @@
 
 - ``grouped_rows``: one SQL GROUP BY per rate segment (team, user, partition, GPU types),
   summing ``gpu_equivalent x overlap`` and the same weighted by the archived split. This is
-  what statements use: a month of a million jobs is one aggregate query, not a loop.
+  what statements use: a month of a million jobs is one aggregate query, not a loop. It is
+  ``usage_sums`` with the statement's columns; the usage reports (``apps/reports``) call
+  ``usage_sums`` with theirs, and with periods, so a figure reads the same in both.
 - ``job_usages``: the jobs one by one as ``apps.analysis.chargeback.JobUsage``, for the
   reconciliation job by job and for tests that check the SQL against the pure maths.
 
@@ -15,7 +17,7 @@ statements, quotas' usage or the reconciliation (which then lists them as differ
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -34,7 +36,8 @@ from django.db.models.functions import Coalesce, Greatest, Least, NullIf
 
 from apps.accounts.models import Team
 from apps.analysis.chargeback import GroupRow, Hours, JobUsage, Split
-from apps.core.sql import Seconds
+from apps.analysis.periods import spread
+from apps.core.sql import Seconds, period_index
 from apps.jobs.models import Job, JobMetrics
 from apps.jobs.models.jobs import COUNTABLE
 
@@ -80,30 +83,94 @@ def _fraction(part: str) -> Expression:
     return Coalesce(share, Value(0.0), output_field=FloatField())
 
 
+STATEMENT_COLUMNS = ("team_id", "user_name", "partition", "gpu_types")
+
+
 def grouped_rows(jobs: QuerySet[Job], lo: datetime, hi: datetime,
                  now: datetime) -> list[GroupRow]:
     """One GROUP BY over ``jobs`` for ``[lo, hi)``: allocated and split GPU-hours per
-    (team, user, partition, GPU types).
-
-    Shaped like the hand-written floor of ``bench/chargeback.py``: grouped on the team id
-    (slugs looked up once), the archive joined only where it counts as measured.
-    """
-    seconds = gpu_seconds(lo, hi, now)
-    sums = {"allocated": Sum(seconds)}
-    sums |= {part: Sum(seconds * _fraction(part)) for part in SPLIT_PARTS}
-    rows = list(overlapping(jobs, lo, hi)
-                .annotate(measured=FilteredRelation("metrics", condition=MEASURED))
-                .values("team_id", "user_name", "partition", "gpu_types")
-                .annotate(**sums).order_by())
+    (team, user, partition, GPU types): a statement's rows (``usage_sums``)."""
+    rows = [row | {"hours": hours}
+            for row, _period, hours in usage_sums(jobs, lo, hi, now, STATEMENT_COLUMNS)]
     slugs = dict(Team.objects.filter(pk__in={r["team_id"] for r in rows})
                  .values_list("pk", "slug"))
     return [_group_row(row, slugs) for row in rows]
 
 
+UsageSums = tuple[dict[str, Any], int, Hours]  # (group's columns, period, GPU-hours)
+
+
+def usage_sums(jobs: QuerySet[Job], lo: datetime, hi: datetime, now: datetime,
+               columns: Sequence[str] | Mapping[str, Any],
+               edges: Sequence[datetime] | None = None,
+               parts: Sequence[str] = SPLIT_PARTS) -> list[UsageSums]:
+    """Allocated and split GPU-hours of ``jobs`` inside ``[lo, hi)`` per group of
+    ``columns`` (field names, or names to SQL expressions) and, given ``edges``
+    (``[lo, ..., hi]``), per period between them: what statements (one period, their
+    columns), quotas and the usage reports (any columns, days to months) all read.
+
+    One period: one GROUP BY summing ``gpus x overlap``, shaped like the hand-written floor
+    of ``bench/chargeback.py`` (grouped on ids, the archive joined only where it counts as
+    measured). Several: the GROUP BY adds each job's first and last period and sums the
+    weighted starts and ends, which ``apps.analysis.periods.spread`` turns into seconds
+    per period exactly (the SLO efficiency trend's method). ``parts``: the split parts
+    summed (others stay 0: a report reading useful hours only saves their sums).
+    """
+    exprs = dict(columns) if isinstance(columns, Mapping) else {}
+    names = tuple(columns)
+    qs = (overlapping(jobs, lo, hi)
+          .annotate(measured=FilteredRelation("metrics", condition=MEASURED)).annotate(**exprs))
+    if edges is None or len(edges) <= 2:
+        seconds = gpu_seconds(lo, hi, now)
+        sums = {"allocated": Sum(seconds)}
+        sums |= {part: Sum(seconds * _fraction(part)) for part in parts}
+        return [({k: row[k] for k in names}, 0, _hours(row))
+                for row in qs.values(*names).annotate(**sums).order_by()]
+    return _period_sums(qs, names, lo, hi, now, edges, parts)
+
+
+def _hours(row: Mapping[str, Any]) -> Hours:
+    return Hours(*((row.get(k) or 0.0) / 3600 for k in ("allocated", *SPLIT_PARTS)))
+
+
+def _period_sums(qs: QuerySet[Job], names: tuple[str, ...], lo: datetime, hi: datetime,
+                 now: datetime, edges: Sequence[datetime],
+                 parts: Sequence[str]) -> list[UsageSums]:
+    """``usage_sums`` over several periods: GROUP BY (columns, first period, last period)."""
+    s0 = Greatest(F("start_time"), _dt(lo))
+    e0 = Greatest(Least(Coalesce(F("end_time"), _dt(now)), _dt(hi)), s0)
+    qs = qs.annotate(rs=Seconds(s0, _dt(lo)), re=Seconds(e0, _dt(lo)),
+                     sd=period_index(s0, edges), ed=period_index(e0, edges, end=True))
+    weights: dict[str, Any] = {"allocated": F("gpu_equivalent")}
+    weights |= {part: F("gpu_equivalent") * _fraction(part) for part in parts}
+    sums: dict[str, Sum] = {}
+    for name, w in weights.items():
+        sums |= {f"{name}_g": Sum(w), f"{name}_s": Sum(w * F("rs")),
+                 f"{name}_e": Sum(w * F("re"))}
+    rel = [(e - lo).total_seconds() for e in edges]
+    # per group (its values made hashable: GPU types are dicts), per period, per weight
+    out: dict[tuple[Any, ...], tuple[dict[str, Any], dict[int, list[float]]]] = {}
+    for row in qs.values(*names, "sd", "ed").annotate(**sums).order_by():
+        key = tuple(_hashable(row[k]) for k in names)
+        entry = out.get(key) or out.setdefault(key, ({k: row[k] for k in names}, {}))
+        per = entry[1]
+        for column, name in enumerate(weights):
+            first, values = spread(row[f"{name}_g"] or 0.0, row[f"{name}_s"] or 0.0,
+                                   row[f"{name}_e"] or 0.0, row["sd"], row["ed"], rel)
+            for i, value in enumerate(values, start=first):
+                (per.get(i) or per.setdefault(i, [0.0] * len(weights)))[column] += value
+    return [(group, i, _hours(dict(zip(weights, values, strict=True))))
+            for group, periods in out.values() for i, values in sorted(periods.items())
+            if values[0] > 0]
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(sorted(value.items())) if isinstance(value, dict) else value
+
+
 def _group_row(row: Mapping[str, Any], slugs: dict[int, str]) -> GroupRow:
-    hours = Hours(*((row[k] or 0.0) / 3600 for k in ("allocated", *SPLIT_PARTS)))
     return GroupRow(slugs.get(row["team_id"], ""), row["user_name"], row["partition"],
-                    dict(row["gpu_types"] or {}), hours)
+                    dict(row["gpu_types"] or {}), row["hours"])
 
 
 def job_usages(jobs: QuerySet[Job], lo: datetime, hi: datetime,

@@ -112,6 +112,11 @@ class Cluster(TimeStampedModel):
                                            help_text="Pending reasons, estimated starts, GPUs")
     nodes_synced_at = models.DateTimeField(null=True, blank=True)
     shares_synced_at = models.DateTimeField(null=True, blank=True)
+    limits_synced_at = models.DateTimeField(
+        null=True, blank=True, help_text="Reservations and QOS limits last read")
+    limits_notes = models.JSONField(
+        default=dict, blank=True,
+        help_text='Why a part was not read: {"reservations": "...", "qos": "..."}')
 
     objects = ClusterQuerySet.as_manager()
 
@@ -266,3 +271,61 @@ class SlurmAssociation(TimeStampedModel):
     def __str__(self) -> str:
         who = f"{self.account}/{self.user_name}" if self.user_name else self.account
         return f"{self.cluster.name}:{who}"
+
+
+class Reservation(TimeStampedModel):
+    """A Slurm reservation (``scontrol show reservation``), as the last limits sync read it
+    (``sync_limits``): the live view marks its nodes' GPUs reserved while it is in force."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="reservations")
+    name = models.CharField(max_length=200)
+    start = models.DateTimeField(null=True, blank=True)
+    end = models.DateTimeField(null=True, blank=True)
+    nodes = models.TextField(blank=True, help_text="Slurm host list, e.g. gpu[01-02]")
+    node_names = models.JSONField(default=list, blank=True, help_text="The list expanded")
+    node_count = models.IntegerField(default=0)
+    partition = models.CharField(max_length=128, blank=True)
+    flags = models.JSONField(default=list, blank=True)
+    users = models.JSONField(default=list, blank=True)
+    accounts = models.JSONField(default=list, blank=True)
+    tres = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "start", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"],
+                                               name="reservation_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}:{self.name}"
+
+    def in_force(self, now: Any) -> bool:
+        return bool(self.start and self.end and self.start <= now < self.end)
+
+
+class QosLimit(TimeStampedModel):
+    """A QOS and its limits (``sacctmgr show qos``), TRES dicts as Slurm names them
+    (``{"gres/gpu": 16}``); null is "no limit". Rewritten by ``sync_limits``."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="qos_limits")
+    name = models.CharField(max_length=64)
+    description = models.CharField(max_length=500, blank=True)
+    priority = models.IntegerField(null=True, blank=True)
+    flags = models.JSONField(default=list, blank=True)
+    grp_tres = models.JSONField(default=dict, blank=True, help_text="GrpTRES")
+    grp_jobs = models.IntegerField(null=True, blank=True, help_text="GrpJobs")
+    max_tres_per_job = models.JSONField(default=dict, blank=True, help_text="MaxTRES")
+    max_tres_per_node = models.JSONField(default=dict, blank=True, help_text="MaxTRESPerNode")
+    max_tres_per_user = models.JSONField(default=dict, blank=True, help_text="MaxTRESPU")
+    max_tres_per_account = models.JSONField(default=dict, blank=True, help_text="MaxTRESPA")
+    max_jobs_per_user = models.IntegerField(null=True, blank=True, help_text="MaxJobsPU")
+    max_submit_per_user = models.IntegerField(null=True, blank=True, help_text="MaxSubmitPU")
+    max_wall_min = models.IntegerField(null=True, blank=True, help_text="MaxWall (minutes)")
+    preempt = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "-priority", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"],
+                                               name="qoslimit_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}:{self.name}"

@@ -1,14 +1,19 @@
-"""Cluster pages: every signed-in user may see clusters, nodes and partitions."""
+"""Cluster pages: every signed-in user may see clusters, nodes and partitions, and the live
+view (issue 30), whose jobs are named only as far as ``Job.objects.visible_to`` allows."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, QuerySet, Sum
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from django.views.generic import DetailView, ListView
 
 from apps.accounts.permissions import ActionRequiredMixin
-from apps.clusters.models import Cluster
+from apps.clusters import live_view
+from apps.clusters.models import Cluster, Node
 from apps.core.context_processors import simulated_banner
 
 GPU = "gres/gpu"  # the TRES Slurm limits and counts GPUs by
@@ -54,3 +59,60 @@ def _account_rows(cluster: Cluster) -> list[dict[str, Any]]:
 def _hours(minutes: float | None) -> float | None:
     return None if minutes is None else minutes / 60
 
+
+
+# --- The live view (issue 30) ----------------------------------------------------------
+
+
+def poll_seconds() -> int:
+    """How often the live view asks again: the queue sync's cadence (beat's
+    ``slurm-queue``), since nothing it shows changes faster than the syncs write it."""
+    entry: dict[str, Any] = settings.CELERY_BEAT_SCHEDULE.get("slurm-queue", {})
+    return max(5, int(float(entry.get("schedule", 30))))
+
+
+class ClusterLiveView(ActionRequiredMixin, DetailView):
+    """GPUs by node coloured by state, partitions' free GPUs, reservations, QOS limits and
+    the pending queue, from stored data (``live_view``); ``live.js`` polls the partial."""
+
+    template_name = "clusters/live.html"
+    slug_field = "name"
+    slug_url_kwarg = "name"
+    context_object_name = "cluster"
+
+    def get_queryset(self) -> QuerySet[Cluster]:
+        return Cluster.objects.visible_to(self.request.user)
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        ctx.update(live_view.cluster_view(self.object, self.request.user, timezone.now()))
+        ctx["poll_every"] = 0 if self.object.is_simulated else poll_seconds()
+        ctx.update(simulated_banner(self.object))
+        return ctx
+
+
+class ClusterLiveStateView(ClusterLiveView):
+    """The part of the live view that changes, for ``static/js/live.js`` to swap in."""
+
+    template_name = "clusters/partials/live_state.html"
+
+
+class NodeDetailView(ActionRequiredMixin, DetailView):
+    """One node: its GPUs as the grid shows them, its jobs (the viewer's visible ones named,
+    others counted) and the stored telemetry of its recent jobs (``live_view.node_view``)."""
+
+    template_name = "clusters/node.html"
+    context_object_name = "node"
+
+    def get_object(self, queryset: QuerySet[Node] | None = None) -> Node:
+        cluster = get_object_or_404(Cluster.objects.visible_to(self.request.user),
+                                    name=self.kwargs["name"])
+        return get_object_or_404(cluster.nodes.select_related("cluster"),
+                                 name=self.kwargs["node"])
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        ctx = super().get_context_data(**kwargs)
+        ctx.update(live_view.node_view(self.object, self.request.user, timezone.now()))
+        ctx["cluster"] = self.object.cluster
+        ctx.update(simulated_banner(self.object.cluster))
+        return ctx

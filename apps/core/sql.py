@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
-from django.db.models import FloatField, Func
+from django.db.models import (
+    Case,
+    DateTimeField,
+    Expression,
+    FloatField,
+    Func,
+    IntegerField,
+    Value,
+    When,
+)
+from django.db.models.functions import Cast, Ceil, Floor
+from django.db.models.lookups import LessThan, LessThanOrEqual
+
+DAY_S = 86400.0
 
 
 class Seconds(Func):
@@ -22,3 +38,23 @@ class Seconds(Func):
         return self.as_sql(compiler, connection,
                            template="((julianday(%(expressions)s)) * 86400.0)",
                            arg_joiner=") - julianday(", **extra)
+
+
+def period_index(expr: Any, edges: Sequence[datetime], *, end: bool = False) -> Expression:
+    """The period (0-based, between ``edges``) holding instant ``expr``; with ``end``, an
+    instant on an edge belongs to the period before. Arithmetic when every period but the
+    last is 24 h long (rolling SLO days); a CASE over the edges otherwise (local midnights,
+    weeks, calendar months). Shared by the SLO trend days, chargeback's per-period hours
+    and the usage reports, so a job lands in the same period everywhere."""
+    lengths = [(b - a).total_seconds() for a, b in pairwise(edges)]
+    if all(n == DAY_S for n in lengths[:-1]) and lengths[-1] <= DAY_S:
+        offset = Seconds(expr, _dt(edges[0])) / Value(DAY_S)
+        rounded = Ceil(offset) - Value(1.0) if end else Floor(offset)
+        return Cast(rounded, IntegerField())
+    before = LessThanOrEqual if end else LessThan
+    whens = [When(before(expr, _dt(edge)), then=Value(i)) for i, edge in enumerate(edges[1:])]
+    return Case(*whens, default=Value(len(edges) - 2), output_field=IntegerField())
+
+
+def _dt(value: datetime) -> Value:
+    return Value(value, output_field=DateTimeField())

@@ -30,7 +30,7 @@ from django.db.models import Min
 from apps.accounts.models import Contact, Membership, Team
 from apps.chargeback import services as billing
 from apps.chargeback.models import Rate
-from apps.clusters import labels, sync
+from apps.clusters import labels, sync, sync_limits
 from apps.clusters.models import Cluster, SlurmAccount
 from apps.core.batch import fewer_collections
 from apps.demo.guardrails import replay_guardrails
@@ -104,6 +104,7 @@ def _steps(cluster: Cluster, folder: Path,
            report: Report) -> Iterator[tuple[str, Callable[[], dict[str, Any]]]]:
     yield "nodes", lambda: sync.sync_nodes(cluster)
     yield "shares", lambda: sync.sync_shares(cluster)  # sacctmgr associations + sshare
+    yield "limits", lambda: sync_limits.sync_limits(cluster)  # reservations and QOS
     yield "jobs", lambda: sync.sync_cluster(cluster).stats()
     yield "queue", lambda: sync.sync_queue(cluster).stats()
     yield "gpu history", lambda: _gpu_history(cluster, folder / "slurm" / "gpu-map.log")

@@ -126,8 +126,8 @@ def stored_view(job: Job, stall_rules: StallRules, now: datetime) -> LiveJob | N
     metrics = JobMetrics.objects.filter(job=job).first()
     if metrics is None or not metrics.has_data or job.start_time is None:
         return None
-    summaries = list(job.metric_summaries.all())
-    nodes = list(job.node_metrics.all())
+    summaries = list(job.archived_gpus())
+    nodes = list(job.archived_nodes())
     return view_from_rows(job, metrics, summaries, nodes, node_cpus_of(job, nodes),
                           stall_rules, now)
 

@@ -384,10 +384,10 @@ def _write(pairs: Sequence[tuple[Job, Summary]], now: datetime) -> list[JobMetri
     with transaction.atomic():
         locked = {m.job_id: m for m in
                   JobMetrics.objects.select_for_update().filter(job__in=jobs)}
-        JobMetricSummary.objects.filter(job__in=jobs).delete()
+        JobMetricSummary.objects.for_jobs(jobs).delete()
         JobMetricSummary.objects.bulk_create([JobMetricSummary(job=job, **r)
                                               for job, p in pairs for r in p.summaries])
-        JobNodeMetrics.objects.filter(job__in=jobs).delete()
+        JobNodeMetrics.objects.for_jobs(jobs).delete()
         JobNodeMetrics.objects.bulk_create([JobNodeMetrics(job=job, **r)
                                             for job, p in pairs for r in p.nodes])
         out: list[JobMetrics] = []

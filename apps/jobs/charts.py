@@ -338,3 +338,41 @@ def _roofline_points(points: Sequence[RooflinePoint], bound: str, vendor: str) -
             "hovertemplate": "%{text}<br>%{y:.1f} TFLOP/s at %{x:.1f} FLOP/B"
                              "<br>%{customdata[0]:.2f} TB/s · mostly %{customdata[1]}"
                              "<br>%{customdata[2]:.0f}% of the roof<extra></extra>"}
+
+
+# --- Jobs side by side (the comparison page) ------------------------------------------------
+
+
+def busy_timelines(runs: Sequence[tuple[str, float, float, Sequence[float | None]]]) -> Figure:
+    """One line per job: its GPUs' mean busy share (%) against hours since the job started,
+    so runs that started days apart line up. ``runs``: (label, offset s, step s, values)."""
+    data = []
+    for label, offset, step, values in runs:
+        sparse = len(values) <= MARKERS_UP_TO
+        data.append({"type": "scatter", "mode": "lines+markers" if sparse else "lines",
+                     "name": label, "connectgaps": False,
+                     "x": [round((offset + (k + 0.5) * step) / 3600, 3)
+                           for k in range(len(values))],
+                     "y": [None if v is None else round(v * 100, 1) for v in values],
+                     "hovertemplate": f"{label}<br>%{{x:.2f}} h: %{{y:.0f}}%<extra></extra>"})
+    return {"data": data, "layout": legend_below({
+        **_LAYOUT, "height": 280,
+        "title": _title("GPU busy over the run, mean of each job's GPUs"),
+        "xaxis": {"title": {"text": "hours since the job started"}, "rangemode": "tozero"},
+        "yaxis": {"range": [0, 100], "ticksuffix": "%"}})}
+
+
+def phase_comparison(runs: Sequence[tuple[str, Mapping[str, float]]]) -> Figure:
+    """One stacked bar per job: its mean step (over ranks) split into phases, in ms."""
+    labels = [label for label, _ in runs]
+    data = [{"type": "bar", "orientation": "h", "name": PHASE_LABELS[p], "y": labels,
+             "x": [round(phases.get(p, 0.0), 2) for _, phases in runs],
+             "marker": {"color": PHASE_COLOURS[p]},
+             "hovertemplate": f"%{{y}}<br>{PHASE_LABELS[p]}: %{{x:.1f}} ms<extra></extra>"}
+            for p in PHASE_COLOURS]
+    return {"data": data, "layout": legend_below({
+        **_LAYOUT, "barmode": "stack", "height": max(170, 80 + 30 * len(runs)),
+        "margin": {**_LAYOUT["margin"], "l": 200},
+        "title": _title("Mean step by phase, from each job's latest traces"),
+        "xaxis": {"title": {"text": "ms per step"}},
+        "yaxis": {"autorange": "reversed", "type": "category"}}, rows=2)}

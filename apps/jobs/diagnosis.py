@@ -178,10 +178,10 @@ class _Stored:
         pks = [j.pk for j in jobs]
         metrics = {m.job_id: m for m in JobMetrics.objects.filter(job_id__in=pks)}
         summaries: dict[int, list[JobMetricSummary]] = {}
-        for s in JobMetricSummary.objects.filter(job_id__in=pks):  # Meta order: job, host, GPU
+        for s in JobMetricSummary.objects.for_jobs(list(jobs)):  # Meta order: job, host, GPU
             summaries.setdefault(s.job_id, []).append(s)
         nodes: dict[int, list[JobNodeMetrics]] = {}
-        for n in JobNodeMetrics.objects.filter(job_id__in=pks):
+        for n in JobNodeMetrics.objects.for_jobs(list(jobs)):
             nodes.setdefault(n.job_id, []).append(n)
         traces: dict[int, TraceRun] = {}
         for t in TraceRun.objects.filter(job_id__in=pks).prefetch_related("ranks"):

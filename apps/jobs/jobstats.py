@@ -83,7 +83,7 @@ def _efficiency(job: Job, metrics: JobMetrics | None) -> list[str]:
               f"· no process {metrics.no_process_hours:.1f} (measure: {metrics.measure})",
               "", f"  Per GPU (busy / computing / waiting, temperature, "
                   f"{measure_words('sm_clock', vendor)} busy):"]
-    lines += [_gpu_line(s) for s in job.metric_summaries.order_by("host", "gpu_index")]
+    lines += [_gpu_line(s) for s in job.archived_gpus().order_by("host", "gpu_index")]
     return lines
 
 

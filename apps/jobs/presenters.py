@@ -70,11 +70,11 @@ def metrics_card(job: Job) -> dict[str, Any]:
         return card
     card["idleness"] = job_idleness(job, metrics)
     card["facts_at"] = figures_at(job, metrics)
-    summaries = list(job.metric_summaries.order_by("host", "gpu_index"))
+    summaries = list(job.archived_gpus().order_by("host", "gpu_index"))
     hours = {key: getattr(metrics, field) for key, field in SPLIT_FIELDS}
     total = sum(hours.values()) or 1.0
     series = {f"{s.host}:{s.gpu_index}": compact.decode(bytes(s.series)) for s in summaries}
-    nodes = list(job.node_metrics.all())
+    nodes = list(job.archived_nodes())
     single = len(summaries) == 1  # no peer GPU: no NVLink, no collective to wait in
     gpu_panels = gpu_figures(metrics, series, single)
     card.update(
@@ -236,7 +236,7 @@ def straggler_panel(metrics: JobMetrics) -> dict[str, Any]:
     detail = metrics.straggler_detail or {}
     named = [s["gpu"] for s in detail.get("stragglers", [])]
     rows = [(f"{s.host}:{s.gpu_index}", s.useful, s.waiting)
-            for s in metrics.job.metric_summaries.all()]
+            for s in metrics.job.archived_gpus()]
     return {
         "status": metrics.straggler_status, "label": metrics.get_straggler_status_display(),
         "confidence": metrics.straggler_confidence, "summary": metrics.straggler_summary,
@@ -324,9 +324,9 @@ def series_payload(job: Job) -> dict[str, Any]:
     """The archived series of the job's GPUs and nodes, decoded (the API's series view)."""
     metrics = JobMetrics.objects.filter(job=job).first()
     gpus = [{"name": f"{s.host}:{s.gpu_index}", "channels": compact.decode(bytes(s.series))}
-            for s in job.metric_summaries.all()]
+            for s in job.archived_gpus()]
     nodes = [{"name": n.host, "channels": compact.decode(bytes(n.series))}
-             for n in job.node_metrics.all()]
+             for n in job.archived_nodes()]
     return {"start": metrics.window_start if metrics else None,
             "step_s": metrics.step_s if metrics else 0.0,
             "points": metrics.points if metrics else 0, "gpus": gpus, "nodes": nodes}
@@ -442,15 +442,7 @@ def requested(job: Job) -> dict[str, Any] | None:
 def ending_card(job: Job) -> dict[str, Any]:
     """The ending in words with what to check (None while the job runs), the memory peak
     against the request, and the stdout/stderr paths or why they are unknown."""
-    run = job.run_time
-    facts = EndingFacts(
-        state=job.state, exit_code=job.exit_code, signal=job.exit_signal,
-        started=job.start_time is not None,
-        run_s=run.total_seconds() if run is not None else None,
-        time_limit_s=job.time_limit_min * 60.0 if job.time_limit_min else None,
-        mem_requested_mb=job.memory_mb / max(1, job.node_count) if job.memory_mb else None,
-        mem_peak_mb=job.mem_peak_mb, nodes=job.node_count)
-    ending = explain(facts)
+    ending = explain(ending_facts(job))
     labels = job.labels or {}
     names = JobNames(job.job_id, job.user_name, job.name, job.array_job_id,
                      job.array_task_id, _first_node(job.nodes), job.work_dir)
@@ -458,6 +450,19 @@ def ending_card(job: Job) -> dict[str, Any]:
                          str(labels.get("stderr") or ""))
     return {"ending": ending, "output": paths,
             "ending_owner": OWNER_WORDS[ending.owner] if ending else ""}
+
+
+def ending_facts(job: Job) -> EndingFacts:
+    """What Slurm recorded about the job's end, as ``endings.explain`` reads it (the job
+    page and the comparison read one ending the same way)."""
+    run = job.run_time
+    return EndingFacts(
+        state=job.state, exit_code=job.exit_code, signal=job.exit_signal,
+        started=job.start_time is not None,
+        run_s=run.total_seconds() if run is not None else None,
+        time_limit_s=job.time_limit_min * 60.0 if job.time_limit_min else None,
+        mem_requested_mb=job.memory_mb / max(1, job.node_count) if job.memory_mb else None,
+        mem_peak_mb=job.mem_peak_mb, nodes=job.node_count)
 
 
 def _first_node(nodes: str) -> str:

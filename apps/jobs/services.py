@@ -97,7 +97,7 @@ def archive_job(job: Job, source: archive.Source | None = None, *, force: bool =
         run.stats = dict(attempt or {})
         metrics = archive.archive_job(job, source, force=force)
         run.stats.update(status=metrics.status, measure=metrics.measure,
-                         gpus=job.metric_summaries.count())
+                         gpus=job.archived_gpus().count())
         # a refused measure or a partial answer: the run says so, with the query
         mark_partial(run, [str(w) for w in metrics.warnings or []])
     return metrics

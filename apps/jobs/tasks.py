@@ -7,7 +7,7 @@ from celery import shared_task
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
 from apps.core.retries import RETRY, RETRY_DB
-from apps.jobs import services, traces
+from apps.jobs import partitions, services, traces
 from apps.jobs.models import Job
 
 
@@ -49,3 +49,10 @@ def collect_traces(cluster_id: int) -> None:
     """Import one cluster's new or changed traces from ``TRACE_ROOT`` (a TaskRun per run;
     ``manage.py collect_traces`` is its twin)."""
     traces.collect_cluster(Cluster.objects.get(pk=cluster_id))
+
+
+@shared_task(**RETRY_DB)
+def maintain_archive_partitions() -> None:
+    """Daily: the archive's coming months' partitions, and retention (a TaskRun per run;
+    ``manage.py archive_partitions`` is its twin)."""
+    partitions.maintain()

@@ -17,11 +17,13 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
+from django.utils.http import urlencode
 from django.views import View
 from django.views.generic import DetailView, TemplateView
 
 from apps.accounts.models import Team
 from apps.accounts.permissions import ADMIN, VIEW, ActionRequiredMixin, signed_in
+from apps.analysis.compare import label as run_label
 from apps.analysis.phases import TraceAnalysisError
 from apps.clusters.models import Cluster
 from apps.core.context_processors import simulated_banner
@@ -29,7 +31,7 @@ from apps.core.csv_export import csv_response
 from apps.core.errors import AdapterError
 from apps.core.filtering import filter_messages, without_blanks
 from apps.core.paging import keyset_page
-from apps.jobs import listing, plausibility, presenters, services, traces
+from apps.jobs import charts, compare, listing, plausibility, presenters, services, traces
 from apps.jobs.forms import AcceptImplausibleForm
 from apps.jobs.models import Job, JobMetrics
 
@@ -136,7 +138,60 @@ class JobDetailView(ActionRequiredMixin, DetailView):
         ctx.update(simulated_banner(job.cluster))
         ctx["detection_problems"] = _detection_problems(job)
         ctx["implausible_refusal"] = plausibility.refusal(job) if job.is_held_back else ""
+        previous = compare.previous_run(self.request.user, job)
+        ctx["compare_previous_url"] = compare_url(previous, job) if previous else ""
         return ctx
+
+
+def compare_url(*jobs: Job) -> str:
+    """The comparison page of ``jobs`` (``?ids=<cluster>/<job id>`` each)."""
+    return reverse("jobs-compare") + "?" + urlencode(
+        [("ids", f"{j.cluster.name}/{j.job_id}") for j in jobs])
+
+
+class JobCompareView(ActionRequiredMixin, TemplateView):
+    """Two to six jobs side by side, ``?ids=<cluster>/<job id>`` each, with the differences
+    named. A job the user may not see (or no such job) is a 404 naming it; a malformed id
+    or more than six jobs is a 400 saying so; fewer than two asks for more."""
+
+    template_name = "jobs/compare.html"
+
+    def get(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            refs = compare.parse_refs(request.GET.getlist("ids"))
+            if len(refs) < compare.MIN_JOBS:
+                return self.render_to_response(self.get_context_data(picked=refs))
+            compared = compare.compare_jobs(signed_in(request), refs)
+        except compare.NotVisible as exc:
+            raise Http404(str(exc)) from None
+        except compare.CompareError as exc:
+            return self.render_to_response(self.get_context_data(error=str(exc)),
+                                           status=exc.status)
+        return self.render_to_response(self.get_context_data(**_comparison(compared)))
+
+
+def _comparison(compared: compare.Compared) -> dict[str, Any]:
+    """The page's columns, figures and the runs each figure lacks."""
+    names = [f"{run_label(i)} · {run.ref}" for i, run in enumerate(compared.runs)]
+    timelines = [(name, r.telemetry.timeline_offset_s, r.telemetry.step_s, r.telemetry.timeline)
+                 for name, r in zip(names, compared.runs, strict=True)
+                 if r.telemetry is not None and r.telemetry.timeline]
+    phases = [(name, r.trace.phases_ms) for name, r in zip(names, compared.runs, strict=True)
+              if r.trace is not None]
+    return {
+        "compared": compared, "comparison": compared.comparison,
+        "columns": [{"label": run_label(i), "job": job, "run": run}
+                    for i, (job, run) in enumerate(zip(compared.jobs, compared.runs,
+                                                       strict=True))],
+        "timeline_figure": charts.busy_timelines(timelines) if timelines else None,
+        "phase_figure": charts.phase_comparison(phases) if phases else None,
+        "without_timeline": [n for n, r in zip(names, compared.runs, strict=True)
+                             if r.telemetry is None or not r.telemetry.timeline],
+        "without_trace": [n for n, r in zip(names, compared.runs, strict=True)
+                          if r.trace is None],
+        "simulated_clusters": sorted({j.cluster.name for j in compared.jobs
+                                      if j.cluster.is_simulated}),
+    }
 
 
 def _detection_problems(job: Job) -> list[Any]:

@@ -19,7 +19,7 @@ from apps.analysis.quotas import WARNING_LEVELS
 from apps.chargeback.services import current_month, month_period
 from apps.clusters.metrics import ClusterSyncCollector
 from apps.clusters.models import Cluster, SlurmAccount
-from apps.core import metrics
+from apps.core import metrics, replica
 from apps.core.models import TaskRun
 from apps.jobs import plausibility
 from apps.jobs.models import Job
@@ -78,7 +78,8 @@ def platform_overview() -> dict[str, Any]:
     """The clusters with their syncs, and the latest background runs (admins' pages)."""
     clusters = Cluster.objects.annotate(node_total=Count("nodes", distinct=True),
                                         job_total=Count("jobs", distinct=True))
-    return {"clusters": clusters, "runs": TaskRun.objects.select_related("cluster")[:20]}
+    return {"clusters": clusters, "runs": TaskRun.objects.select_related("cluster")[:20],
+            "replica": replica.state()}
 
 
 def quotas_at_risk(user: Any) -> list[AccountUsage]:
@@ -132,4 +133,5 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     body = generate_latest(metrics.process_registry())
     database = CollectorRegistry()
     database.register(ClusterSyncCollector())
+    database.register(replica.ReplicaCollector())
     return HttpResponse(body + generate_latest(database), content_type=CONTENT_TYPE_LATEST)

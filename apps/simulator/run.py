@@ -178,6 +178,9 @@ def _write_slurm(directory: Path, planned: Plan, summary: Summary) -> None:
     _dump(directory / "squeue.json", queue)
     _dump(directory / "sinfo.json", slurm_json.sinfo(cluster, ordered, planned.outages, cfg.now))
     (directory / "scontrol_partitions.txt").write_text(slurm_json.scontrol_partitions(cluster))
+    (directory / "scontrol_reservations.txt").write_text(
+        slurm_json.scontrol_reservations(cluster, planned.outages, cfg.now))
+    (directory / "sacctmgr_qos.txt").write_text(shares.sacctmgr_qos())
     with (directory / "gpu-map.log").open("w") as f:
         f.writelines(slurm_json.gpu_map_log(cluster, ordered, cfg.now))
     used = shares.usage(cluster, ordered, cfg.now)

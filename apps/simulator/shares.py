@@ -223,3 +223,20 @@ def _tres(used: Usage, order: list[tuple[str, str]], run: bool = False) -> str:
     values = used.run_mins if run else {k: v / 60 for k, v in used.seconds.items()}
     return ",".join(f"{t}/{n}={int(values.get((t, n), 0))}" if n else
                     f"{t}={int(values.get((t, n), 0))}" for t, n in order)
+
+
+# --- QOS ------------------------------------------------------------------------------------
+
+QOS_HEADER = ("Name|Priority|Flags|GrpTRES|GrpJobs|MaxTRES|MaxTRESPerNode|MaxTRESPU|MaxTRESPA|"
+              "MaxJobsPU|MaxSubmitPU|MaxWall|Preempt|Descr")
+
+
+def sacctmgr_qos() -> str:
+    """``sacctmgr -P show qos format=Name,Priority,Flags,GrpTRES,GrpJobs,MaxTRES,MaxTRESPerNode,
+    MaxTRESPU,MaxTRESPA,MaxJobsPU,MaxSubmitPU,MaxWall,Preempt,Description``: the three QOS
+    the simulated scheduler weighs (``schedule.QOS_FACTOR``: priorities in the same ratio),
+    with no limit, because it enforces none of theirs."""
+    rows = [("normal", 10, "Normal QOS default"), ("high", 100, "high priority"),
+            ("low", 0, "low priority")]
+    return "".join([QOS_HEADER + "\n", *(f"{name}|{prio}||||||||||||{descr}\n"
+                                         for name, prio, descr in rows)])

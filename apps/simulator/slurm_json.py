@@ -9,6 +9,7 @@ text ``sacct -P -o JobIDRaw,ExitCode``, also written here), and ``reservation.na
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from typing import IO, Any
 
@@ -393,6 +394,28 @@ def scontrol_partitions(cluster: Cluster) -> str:
                      f" DefaultTime=01:00:00 MaxTime={_dhms(p.max_time_min)} Nodes={nodes}"
                      f" State=UP TotalNodes={len(p.node_indices)}\n")
     return "".join(lines)
+
+
+def scontrol_reservations(cluster: Cluster, outages: list[NodeOutage], now: int) -> str:
+    """``scontrol show reservation -o`` (``TZ=UTC``, ISO times) at now: the maintenance
+    reservation an admin puts on each node still out (``Flags=MAINT,SPEC_NODES
+    Users=root``, as ``scontrol create reservation ... flags=maint users=root`` prints it
+    on 22.05), from the outage's start to its end."""
+    lines = []
+    for outage in sorted(outages, key=lambda o: (o.start, o.node)):
+        if outage.end <= now:
+            continue
+        node = cluster.nodes[outage.node]
+        start, end = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+                      for t in (outage.start, outage.end))
+        lines.append(
+            f"ReservationName=maint_{node.name} StartTime={start} EndTime={end} "
+            f"Duration={_dhms((outage.end - outage.start) // 60)} Nodes={node.name} NodeCnt=1 "
+            f"CoreCnt={node.cpus} Features=(null) PartitionName=(null) Flags=MAINT,SPEC_NODES "
+            f"TRES=cpu={node.cpus} Users=root Groups=(null) Accounts=(null) Licenses=(null) "
+            f"State={'ACTIVE' if outage.start <= now else 'INACTIVE'} BurstBuffer=(null) "
+            "Watts=n/a MaxStartDelay=(null)\n")
+    return "".join(lines) or "No reservations in the system\n"
 
 
 def _dhms(minutes: int) -> str:

@@ -48,6 +48,7 @@ JOB: Args = lambda w: {"cluster": w.cluster.name, "job_id": w.jobs["bob"].job_id
 API_JOB: Args = lambda w: {"pk": w.jobs["bob"].pk}  # noqa: E731
 TEAM: Args = lambda w: {"slug": w.team_a.slug}  # noqa: E731
 CLUSTER: Args = lambda w: {"name": w.cluster.name}  # noqa: E731
+NODE: Args = lambda w: {"name": w.cluster.name, "node": "gpu01"}  # noqa: E731
 RUN: Args = lambda w: {"pk": TaskRun.objects.get_or_create(kind="sync")[0].pk}  # noqa: E731
 
 
@@ -199,10 +200,14 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("get", "accounts-team-detail", TEAM, team_a()),
     ("get", "clusters-list", NO_ARGS, everyone(200)),
     ("get", "clusters-detail", CLUSTER, everyone(200)),
+    ("get", "clusters-live", CLUSTER, everyone(200)),
+    ("get", "clusters-live-state", CLUSTER, everyone(200)),
+    ("get", "clusters-node", NODE, everyone(200)),
     ("get", "jobs-list", NO_ARGS, everyone(200)),
     ("get", "jobs-export", NO_ARGS, everyone(200)),
     ("post", "jobs-export", NO_ARGS, {**everyone(403), "staff": 405}),
     ("get", "jobs-detail", JOB, bobs_job()),
+    ("get", "jobs-compare", NO_ARGS, everyone(200)),  # no jobs named: the page asks for them
     ("post", "jobs-detail", JOB, {**everyone(403), "staff": 405}),
     ("get", "jobs-metrics", JOB, bobs_job()),
     ("post", "jobs-metrics", JOB, {**everyone(403), "staff": 405}),
@@ -214,6 +219,7 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("get", "api:job-list", NO_ARGS, everyone(200, anon=401)),
     ("post", "api:job-list", NO_ARGS, {**everyone(403, anon=401), "staff": 405}),
     ("get", "api:job-detail", API_JOB, bobs_job(anon=401)),
+    ("get", "api:job-compare-list", NO_ARGS, everyone(400, anon=401)),  # no ids: a 400 saying so
     ("delete", "api:job-detail", API_JOB, {**everyone(403, anon=401), "staff": 405}),
     ("get", "api:job-metrics", API_JOB, bobs_job(anon=401)),
     ("get", "api:job-series", API_JOB, bobs_job(anon=401)),
@@ -242,6 +248,9 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     ("get", "audit-list", NO_ARGS, admin_only()),
     ("get", "chargeback-home", NO_ARGS, everyone(200)),
     ("get", "chargeback-my-usage", NO_ARGS, everyone(200)),
+    ("get", "reports-usage", NO_ARGS, everyone(200)),
+    ("get", "reports-usage-export", NO_ARGS, everyone(200)),
+    ("post", "reports-usage", NO_ARGS, {**everyone(403), "staff": 405}),
     ("get", "chargeback-month-export", MONTH_CSV, everyone(200)),
     ("get", "chargeback-statement", STATEMENT, team_a_leads()),
     ("post", "chargeback-statement", STATEMENT, admin_post(405)),
@@ -262,6 +271,7 @@ MATRIX: list[tuple[str, str, Args, dict[str, int]]] = [
     # no Slurm backend on the test cluster: the preview shows the error on the form (200)
     ("post", "quotas-edit", ACCOUNT_A, admin_post(200)),
     ("get", "api:chargeback-usage-list", NO_ARGS, everyone(200, anon=401)),
+    ("get", "api:reports-api-usage-list", NO_ARGS, everyone(200, anon=401)),
     ("get", "api:chargeback-rate-list", NO_ARGS, everyone(200, anon=401)),
     ("post", "api:chargeback-rate-list", NO_ARGS, api_admin_write(415)),  # JSON only
     ("get", "api:chargeback-rate-detail", RATE, everyone(200, anon=401)),

@@ -55,7 +55,9 @@ FAILURES = {
     "db_size": POSTGRES_DOWN,
     "chargeback": POSTGRES_DOWN,
     "slo": POSTGRES_DOWN,
+    "reports": POSTGRES_DOWN,
     "detect_scale": ({"PATH": "{empty}"}, "`prometheus` is not installed"),
+    "archive_drop": POSTGRES_DOWN,
 }
 
 
@@ -120,3 +122,12 @@ def test_the_slo_bench_floor_is_complete_sql():
     assert len(statements) == 8
     assert all("$" not in sql for sql in statements)  # every template part filled
     assert all(f"%(b{w})s" in statements[0] for w in BURN)
+
+
+def test_the_reports_bench_floor_is_complete_sql():
+    from bench.reports import floor_sql
+
+    statements = floor_sql("j.team_id")
+    assert len(statements) == 4
+    assert all("{" not in sql.replace("{}", "") for sql in statements)  # every part filled
+    assert all("j.team_id" in sql for sql in statements)

@@ -129,12 +129,15 @@ def test_sync_cluster_runs_every_part(cluster):
     out, _ = _run("sync_cluster", "devcluster")
     assert [line.split(":")[0] for line in out.splitlines() if not line.startswith(" ")] == [
         "devcluster jobs", "devcluster queue", "devcluster nodes", "devcluster shares",
-        "devcluster labels"]
+        "devcluster limits", "devcluster labels"]
     assert Job.objects.get(job_id=5).exit_text == "3:0"
     assert Job.objects.get(job_id=21).labels["launcher"] == "torchrun"
     assert set(TaskRun.objects.values_list("kind", flat=True)) == {
         "slurm.sync_jobs", "slurm.sync_queue", "slurm.sync_nodes", "slurm.sync_shares",
-        "slurm.label_jobs"}
+        "slurm.sync_limits", "slurm.label_jobs"}
+    assert list(cluster.qos_limits.values_list("name", flat=True)) == [
+        "high", "normal", "beacon_fixture_qos", "low"]  # by priority
+    assert list(cluster.reservations.values_list("name", flat=True)) == ["beacon_fixture"]
 
 
 def test_sync_cluster_all_and_only(cluster):

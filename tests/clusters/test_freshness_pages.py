@@ -124,7 +124,7 @@ def test_a_node_with_two_gpu_models_lists_both(world, login):
                         gpu_types={"h100": 2, "h200": 4})
     Node.objects.create(cluster=world.cluster, name="cpu01")
     text = login("bob").get(reverse("clusters-detail", args=[world.cluster.name])).content
-    row = text.decode().split("<td>gpu05</td>", 1)[1].split("</tr>", 1)[0]
+    row = text.decode().split(">gpu05</a></td>", 1)[1].split("</tr>", 1)[0]
     assert "2 × h100, 4 × h200" in row
-    cpu = text.decode().split("<td>cpu01</td>", 1)[1].split("</tr>", 1)[0]
+    cpu = text.decode().split(">cpu01</a></td>", 1)[1].split("</tr>", 1)[0]
     assert "<td>—</td>" in cpu

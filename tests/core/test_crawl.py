@@ -12,11 +12,12 @@ import io
 from datetime import date
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 from django.test import Client
 from django.utils import timezone
 
@@ -56,13 +57,25 @@ def kinds_of_job_page(user: User) -> tuple[str, ...]:
     from apps.jobs.models import Job
 
     jobs = Job.objects.visible_to(user)
-    picks = [jobs.filter(metrics__status__in=("live", "complete")).first(),
+    picks = [rerun(user),
+             jobs.filter(metrics__status__in=("live", "complete")).first(),
              jobs.filter(metrics__isnull=True, start_time__isnull=False).first(),
              jobs.filter(metrics__status="no_data").first(),
              jobs.filter(state=Job.State.PENDING).first(),
              jobs.filter(state=Job.State.RUNNING).first(),
              jobs.filter(findings__isnull=False).first()]
     return tuple(f"/jobs/{j.cluster.name}/{j.job_id}/" for j in picks if j is not None)
+
+
+def rerun(user: User) -> Any:
+    """A job the user sees whose name they ran before (not as an array task): its page links
+    the comparison with that run. None when the user has no such pair."""
+    from apps.jobs.models import Job
+
+    jobs = Job.objects.visible_to(user).filter(array_job_id__isnull=True)
+    earlier = jobs.filter(cluster=OuterRef("cluster"), user_name=OuterRef("user_name"),
+                          name=OuterRef("name"), submit_time__lt=OuterRef("submit_time"))
+    return jobs.filter(Exists(earlier)).first()
 
 
 def odd_configuration() -> None:
@@ -100,6 +113,11 @@ def test_every_link_and_form_works_for_every_persona_twice(folder, tmp_path, set
             client.force_login(user)
             report = Crawler(client).crawl(also=kinds_of_job_page(user))
             seen.setdefault(role, []).append(len(report.visited))
+            compared = {url for _, url, status in report.visited
+                        if url.startswith("/jobs/compare/") and status == 200}
+            assert compared, f"{role}: the job list's Compare form was not followed"
+            if rerun(user) is not None:  # its page's "compare with the previous run"
+                assert any("?ids=" in url for url in compared), (role, compared)
             faults += [f"pass {number}, {role} ({user.username}): {f}"
                        for f in report.server_errors + report.broken_links
                        + report.form_errors + report.missing_anchors + report.offsite_links]

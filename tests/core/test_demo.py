@@ -137,3 +137,30 @@ def test_a_job_page_shows_the_banner_only_for_a_simulated_job(clusters, client, 
     client.force_login(owner)
     page = client.get(reverse("jobs-detail", args=[cluster, job.job_id])).content.decode()
     assert (BANNER in page) is shown
+
+
+# --- The live cluster view (issue 30) ----------------------------------------------------
+
+
+def test_the_demo_cluster_has_a_live_view_of_simulated_data(folder, client):
+    import time_machine
+
+    from apps.clusters.adapters.slurm import parse_live
+    from apps.clusters.models import QosLimit, Reservation
+
+    loaded = demo.load(folder)
+    assert loaded.stages["limits"]["notes"] == {} and loaded.stages["limits"]["qos"] == 3
+    written = parse_live.parse_reservations_text(
+        (folder / "slurm" / "scontrol_reservations.txt").read_text())
+    assert sorted(Reservation.objects.values_list("name", flat=True)) == sorted(
+        r.name for r in written)
+    assert QosLimit.objects.get(name="high").priority == 100
+    client.force_login(User.objects.get(username="admin"))
+    with time_machine.travel("2026-10-20T00:00:00Z", tick=False):
+        page = client.get(reverse("clusters-live", args=["coredemo"])).content.decode()
+    assert BANNER in page and 'data-live-every="0"' in page and "is simulated" in page
+    grid = page.split('class="table gpu-grid"')[1].split("</table>")[0]
+    assert grid.count('class="gpu gpu-') == sum(
+        n.gpu_count for n in Cluster.objects.get(name="coredemo").nodes.all()) > 0
+    for res in written:  # a node still out at now carries its maintenance reservation
+        assert res.name in page

@@ -184,9 +184,9 @@ class JobMetricsSerializer(serializers.ModelSerializer):
     """A job's stored GPU metrics: efficiency, the straggler verdict, per GPU and per node."""
 
     straggler = StragglerSerializer(source="*", read_only=True)
-    gpus = JobMetricSummarySerializer(many=True, source="job.metric_summaries",
+    gpus = JobMetricSummarySerializer(many=True, source="job.archived_gpus",
                                       read_only=True)
-    nodes = JobNodeMetricsSerializer(many=True, source="job.node_metrics", read_only=True)
+    nodes = JobNodeMetricsSerializer(many=True, source="job.archived_nodes", read_only=True)
 
     class Meta:
         model = JobMetrics
@@ -307,3 +307,76 @@ class TraceRunSerializer(serializers.ModelSerializer):
 class TraceUploadSerializer(serializers.Serializer):
     files = serializers.ListField(child=serializers.FileField(),
                                   help_text="one Kineto trace per rank, .json or .json.gz")
+
+
+# --- Jobs side by side (``GET /api/v1/jobs/compare/``) -------------------------------------
+
+
+class CompareTelemetrySerializer(serializers.Serializer):
+    useful_share = serializers.FloatField(allow_null=True, help_text="computing / allocated")
+    busy_share = serializers.FloatField()
+    held_share = serializers.FloatField(help_text="idle with GPU memory held")
+    straggler_status = serializers.CharField()
+    straggler_words = serializers.CharField()
+    straggler_gpus = serializers.ListField(child=serializers.CharField())
+    timeline = serializers.ListField(child=serializers.FloatField(allow_null=True),
+                                     help_text="mean GPU busy share per stored point")
+    timeline_offset_s = serializers.FloatField(help_text="first point, after the job's start")
+    step_s = serializers.FloatField()
+    timeline_measure = serializers.CharField()
+
+
+class CompareTraceSerializer(serializers.Serializer):
+    step_ms = serializers.FloatField(help_text="mean step over the ranks")
+    phases_ms = serializers.DictField(child=serializers.FloatField())
+    ranks = serializers.IntegerField()
+    steps = serializers.IntegerField()
+    straggler_rank = serializers.IntegerField(allow_null=True)
+    straggler_phase = serializers.CharField()
+    straggler_gpu = serializers.CharField()
+
+
+class CompareRunSerializer(serializers.Serializer):
+    """One job's stored figures; ``telemetry`` and ``trace`` are null when it has none."""
+
+    ref = serializers.CharField(help_text="<cluster>/<job id>")
+    state = serializers.CharField()
+    ending = serializers.CharField(help_text="the ending's kind; empty while it runs")
+    ending_title = serializers.CharField()
+    gpus = serializers.FloatField()
+    gpu_model = serializers.CharField()
+    nodes = serializers.IntegerField()
+    run_s = serializers.FloatField(allow_null=True)
+    gpu_hours = serializers.FloatField()
+    telemetry = CompareTelemetrySerializer(allow_null=True)
+    telemetry_missing = serializers.CharField()
+    trace = CompareTraceSerializer(allow_null=True)
+    findings = serializers.ListField(child=serializers.ListField(child=serializers.CharField()),
+                                     help_text="[rule key, title]")
+
+
+class CompareCellSerializer(serializers.Serializer):
+    value = serializers.JSONField(allow_null=True, help_text="a number or text; null: missing")
+    missing = serializers.CharField(help_text="why there is no value")
+
+
+class CompareRowSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    title = serializers.CharField(source="label", help_text="the row's name, as the page says it")
+    kind = serializers.CharField()
+    cells = CompareCellSerializer(many=True)
+
+
+class CompareDifferenceSerializer(serializers.Serializer):
+    topic = serializers.CharField()
+    text = serializers.CharField()
+    rows = serializers.ListField(child=serializers.CharField())
+
+
+class ComparisonSerializer(serializers.Serializer):
+    """Jobs side by side, oldest first (run 1 is the baseline), with the differences named."""
+
+    runs = CompareRunSerializer(many=True)
+    rows = CompareRowSerializer(many=True)
+    differences = CompareDifferenceSerializer(many=True)
+    notes = serializers.ListField(child=serializers.CharField())

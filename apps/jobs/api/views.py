@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,8 +18,10 @@ from apps.accounts.permissions import VIEW
 from apps.analysis.phases import TraceAnalysisError
 from apps.core.api.strict import StrictCursorPagination
 from apps.core.errors import AdapterError
+from apps.jobs import compare as comparison
 from apps.jobs import presenters, traces
 from apps.jobs.api.serializers import (
+    ComparisonSerializer,
     JobDetailSerializer,
     JobFindingSerializer,
     JobMetricsSerializer,
@@ -105,6 +109,41 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         except (AdapterError, TraceAnalysisError) as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
         return Response(TraceRunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class JobComparisonViewSet(viewsets.GenericViewSet):
+    """Jobs side by side: the comparison page's figures as JSON, through ``visible_to``."""
+
+    queryset = Job.objects.none()
+    serializer_class = ComparisonSerializer
+    filter_backends: list[Any] = []
+    pagination_class = None
+    required_action = VIEW
+
+    @extend_schema(parameters=[OpenApiParameter(
+        "ids", {"type": "array", "items": {"type": "string", "pattern": comparison.REF_PATTERN},
+                "minItems": comparison.MIN_JOBS, "maxItems": comparison.MAX_JOBS,
+                "uniqueItems": True},
+        required=True, style="form", explode=True,
+        description="a job as <cluster>/<job id> (Slurm's raw id), repeated: "
+                    f"{comparison.MIN_JOBS} to {comparison.MAX_JOBS} different jobs")],
+        responses=ComparisonSerializer)
+    def list(self, request: Request) -> Response:
+        """Two to six jobs side by side (the comparison page's figures), oldest first, with
+        the differences named against the oldest. A job the caller may not see is a 404."""
+        unknown = sorted(set(request.query_params) - {"ids"})
+        if unknown:
+            raise ValidationError({n: ["unknown query parameter (known: ids)"] for n in unknown})
+        try:
+            refs = comparison.parse_refs(request.query_params.getlist("ids"))
+            compared = comparison.compare_jobs(request.user, refs)
+        except comparison.NotVisible as exc:
+            raise NotFound(str(exc)) from None
+        except comparison.CompareError as exc:
+            raise ValidationError({"ids": [str(exc)]}) from None
+        payload = {"runs": [asdict(r) for r in compared.runs],
+                   **asdict(compared.comparison)}
+        return Response(ComparisonSerializer(payload).data)
 
 
 class TraceCursor(StrictCursorPagination):

@@ -1,16 +1,33 @@
 """The job metric archive: each job's stored GPU metrics, per GPU and per node.
 
 Written only by ``apps/jobs/archive.py``; pages and the API read only these (docs/metrics.md).
+
+At a year of a large site the per-GPU and per-node rows are most of the database
+(docs/SCALING.md §3: ``JobMetricSummary`` 200 GB to 930 GB, ``JobNodeMetrics`` 81 GB), so on
+PostgreSQL those two tables are partitioned by month (``apps/jobs/partitions.py``, issue 29)
+and retention drops whole months. ``JobMetrics`` (one row per job, the figures chargeback and
+SLOs read, joined one-to-one by every page) stays whole and outlives its job's series.
+
+The partition key is ``month``: the month the job ended, or its submit month while it runs
+(``apps.analysis.months.archive_month``), filled in on every insert by ``ArchiveMonthField``
+(bulk inserts included). A partitioned table's primary key and unique constraints must hold
+the partition key: PostgreSQL's key is ``(id, month)`` while Django keeps ``id`` as the pk
+(ids still come from one sequence, so they stay unique), and the natural keys hold
+``month``. Nothing has a foreign key *to* these rows (PostgreSQL would need ``month`` in it).
+Queries by job read ``Job.archived_gpus()``/``archived_nodes()`` or ``for_job(job)``, which
+name the job's months so PostgreSQL prunes.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import date, timedelta
+from typing import Any, Generic, TypeVar
 
 from django.db import models
 from django.db.models import Q
 
 from apps.analysis.health import NodeHealth
+from apps.analysis.months import archive_month, archive_months
 from apps.jobs.models.jobs import Job
 
 
@@ -119,6 +136,37 @@ class JobMetrics(models.Model):
         return not done or asked > max(done)
 
 
+class ArchiveMonthField(models.DateField):
+    """The partition key: set from the row's job on insert when the caller left it empty.
+
+    ``pre_save`` runs for ``save()`` and for ``bulk_create`` alike, so no writer has to know.
+    """
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        value = getattr(model_instance, self.attname)
+        if value is None:
+            job = model_instance.job  # type: ignore[attr-defined]
+            value = archive_month(job.submit_time, job.end_time)
+            setattr(model_instance, self.attname, value)
+        return value
+
+
+M = TypeVar("M", bound=models.Model)
+
+
+class ArchiveQuerySet(models.QuerySet[M], Generic[M]):
+    def for_job(self, job: Job) -> ArchiveQuerySet[M]:
+        """``job``'s rows, in the months they can be in (PostgreSQL reads only those)."""
+        return self.filter(job=job, month__in=archive_months(job.submit_time, job.end_time))
+
+    def for_jobs(self, jobs: list[Job]) -> ArchiveQuerySet[M]:
+        """The rows of several jobs, pruned to the months any of them can be in."""
+        months: set[date] = set()
+        for job in jobs:
+            months.update(archive_months(job.submit_time, job.end_time))
+        return self.filter(job__in=jobs, month__in=sorted(months))
+
+
 class JobMetricSummary(models.Model):
     """One GPU of one job: activity statistics, the time split, and a compact series.
 
@@ -171,10 +219,14 @@ class JobMetricSummary(models.Model):
     straggler = models.BooleanField(default=False, help_text="named by the straggler verdict")
     slowdown = models.FloatField(null=True, blank=True, help_text="0.5: 50 % slower per step")
     series = models.BinaryField(blank=True, default=b"")
+    month = ArchiveMonthField(help_text="partition key: the job's end month (submit month "
+                                        "while it runs)")
+
+    objects = ArchiveQuerySet.as_manager()
 
     class Meta:
         ordering = ["job", "host", "gpu_index"]
-        constraints = [models.UniqueConstraint(fields=["job", "host", "gpu_index"],
+        constraints = [models.UniqueConstraint(fields=["job", "host", "gpu_index", "month"],
                                                name="jobmetricsummary_unique")]
         indexes = [
             # "a GPU slow across several jobs": straggler verdicts by physical GPU
@@ -220,11 +272,15 @@ class JobNodeMetrics(models.Model):
                                     help_text="network file-system bytes read per second (NFS)")
     fs_write_bps = models.FloatField(null=True, blank=True)
     series = models.BinaryField(blank=True, default=b"")
+    month = ArchiveMonthField(help_text="partition key: the job's end month (submit month "
+                                        "while it runs)")
+
+    objects = ArchiveQuerySet.as_manager()
 
     class Meta:
         ordering = ["job", "host"]
         verbose_name_plural = "job node metrics"
-        constraints = [models.UniqueConstraint(fields=["job", "host"],
+        constraints = [models.UniqueConstraint(fields=["job", "host", "month"],
                                                name="jobnodemetrics_unique")]
 
     def __str__(self) -> str:

@@ -7,7 +7,7 @@ always as an upsert on (cluster, job_id).
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -15,6 +15,7 @@ from django.db import models
 from django.db.models import Q
 
 from apps.accounts.models import Membership
+from apps.analysis.months import archive_months
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -184,6 +185,19 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id}:{self.display_id}"
+
+    def archived_gpus(self) -> models.QuerySet[Any]:
+        """This job's ``JobMetricSummary`` rows, read from its months' partitions only."""
+        return self.metric_summaries.filter(month__in=self.archive_months)
+
+    def archived_nodes(self) -> models.QuerySet[Any]:
+        """This job's ``JobNodeMetrics`` rows, read from its months' partitions only."""
+        return self.node_metrics.filter(month__in=self.archive_months)
+
+    @property
+    def archive_months(self) -> tuple[date, ...]:
+        """The archive partitions this job's rows can be in (``apps/analysis/months.py``)."""
+        return archive_months(self.submit_time, self.end_time)
 
     @property
     def is_held_back(self) -> bool:

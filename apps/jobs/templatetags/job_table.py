@@ -39,7 +39,8 @@ def job_rows(context: template.Context, jobs: Any, empty_text: str = "") -> Safe
     scope = context.get("scope") or "mine"
     efficiency = bool(context.get("with_efficiency"))
     urls = _DetailUrls()
-    rows = [_row(job, arrays, scope, efficiency, urls) for job in jobs]
+    pick = bool(context.get("with_compare"))  # a tick box per row, for the form around it
+    rows = [_row(job, arrays, scope, efficiency, urls, pick) for job in jobs]
     if not rows:
         rows = [f'<tr><td colspan="13" class="muted">{_e(empty_text or "No jobs.")}</td></tr>']
     return mark_safe("\n".join(rows))  # noqa: S308  (every value inside went through _e)
@@ -64,7 +65,7 @@ class _DetailUrls:
 
 
 def _row(job: Any, arrays: dict[Any, Any], scope: str, efficiency: bool,
-         urls: _DetailUrls) -> str:
+         urls: _DetailUrls, pick: bool = False) -> str:
     url = urls(job.cluster.name, job.job_id)
     array = arrays.get((job.cluster_id, job.array_job_id)) if job.array_job_id else None
     label = f"{job.array_job_id}_[…]" if array else _e(job.display_id)
@@ -78,7 +79,8 @@ def _row(job: Any, arrays: dict[Any, Any], scope: str, efficiency: bool,
     extra = _efficiency_cells(job, url) if efficiency else ""
     submitted = timezone.localtime(job.submit_time) if timezone.is_aware(job.submit_time) \
         else job.submit_time
-    return (f'<tr>{first}</td><td class="truncate" title="{name}">{name}</td>'
+    return (f'<tr>{_pick(job) if pick else ""}{first}</td>'
+            f'<td class="truncate" title="{name}">{name}</td>'
             f"<td>{_e(job.user_name)}</td><td>{_e(team)}</td><td>{_e(job.partition)}</td>"
             f'<td><span class="state state-{_e(job.state.lower())}">{_e(job.state)}</span>'
             f'{task}</td><td class="num">{gpus(job.gpu_equivalent)}</td>'
@@ -86,6 +88,13 @@ def _row(job: Any, arrays: dict[Any, Any], scope: str, efficiency: bool,
             f'<td>{submitted.strftime("%Y-%m-%d %H:%M")}</td>'
             f'<td class="num">{duration(job.queue_wait)}</td>'
             f'<td class="num">{duration(job.run_time)}</td></tr>')
+
+
+def _pick(job: Any) -> str:
+    """The row's tick box: ``ids=<cluster>/<job id>``, what the comparison page reads."""
+    ref = _e(f"{job.cluster.name}/{job.job_id}")
+    return (f'<td><input type="checkbox" name="ids" value="{ref}" '
+            f'aria-label="compare job {ref}"></td>')
 
 
 def _gpu_hours(job: Any) -> str:

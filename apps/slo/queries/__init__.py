@@ -28,9 +28,12 @@ from its cells without a second sorted pass over the jobs.
 
 from apps.slo.queries.common import (
     WORST,
+    Grouping,
     SortedValues,
     SqliteSorted,
     SubjectCounts,
+    bucket_expression,
+    by_subject,
     merge_counts,
     population,
     subject_expression,
@@ -41,7 +44,22 @@ from apps.slo.queries.success import job_success, rule_q, worst_endings
 from apps.slo.queries.wait import queue_wait, worst_waits
 
 __all__ = [
-    "WORST", "SortedValues", "SqliteSorted", "SubjectCounts", "gpu_efficiency", "job_success",
-    "merge_counts", "population", "queue_wait", "rule_q", "subject_expression", "subject_key",
-    "worst_efficiency", "worst_endings", "worst_waits",
+    "WORST",
+    "Grouping",
+    "SortedValues",
+    "SqliteSorted",
+    "SubjectCounts",
+    "bucket_expression",
+    "by_subject",
+    "gpu_efficiency",
+    "job_success",
+    "merge_counts",
+    "population",
+    "queue_wait",
+    "rule_q",
+    "subject_expression",
+    "subject_key",
+    "worst_efficiency",
+    "worst_endings",
+    "worst_waits",
 ]

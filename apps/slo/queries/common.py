@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from itertools import pairwise
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.db.models import (
     Aggregate,
@@ -18,7 +17,6 @@ from django.db.models import (
     Expression,
     F,
     Field,
-    IntegerField,
     QuerySet,
     Value,
     When,
@@ -26,16 +24,12 @@ from django.db.models import (
 )
 from django.db.models.expressions import Combinable
 from django.db.models.functions import (
-    Cast,
-    Ceil,
-    Floor,
     RowNumber,
 )
-from django.db.models.lookups import LessThan, LessThanOrEqual
 
 from apps.analysis import slo as maths
 from apps.analysis.slo import Counts
-from apps.chargeback.usage import Seconds
+from apps.core.sql import period_index
 from apps.jobs.models import Job
 from apps.jobs.models.jobs import COUNTABLE
 from apps.slo.models import Objective
@@ -139,10 +133,39 @@ def subject_key(objective: Objective, value: Any) -> str:
     return "platform"
 
 
-def population(objective: Objective, jobs: QuerySet[Job] | None = None) -> Subjects:
+@dataclass(frozen=True)
+class Grouping:
+    """What SLI results are grouped by: SQL expressions annotated on the jobs (``columns``)
+    and the key a row of their values makes (``key``). Several rows may make one key (the
+    usage reports map GPU-type sets to one model): their counts add up, their waits merge.
+
+    An objective groups by its subject (``by_subject``); the usage reports by any of user,
+    team, account, partition, GPU model, size and period (``apps/reports/services.py``).
+    """
+
+    columns: Mapping[str, Any]
+    key: Callable[[Mapping[str, Any]], Hashable]
+    # the scorecard's extras: burn windows, the queue-wait breakdown and trend days; a
+    # report reads none of them and saves their GROUP BYs (False)
+    scorecard: bool = True
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.columns)
+
+
+def by_subject(objective: Objective) -> Grouping:
+    """The objective's own grouping: ``team:<id>``, ``partition:<name>`` or ``platform``."""
+    return Grouping({"subject": subject_expression(objective)},
+                    lambda row: subject_key(objective, row["subject"]))
+
+
+def population(objective: Objective, jobs: QuerySet[Job] | None = None,
+               grouping: Grouping | None = None) -> Subjects:
     """The objective's GPU jobs: allocated (a job cancelled while pending has no nodes),
     with GPUs, countable (implausible records wait for an admin, issue 25), narrowed to its
-    cluster, partition and team."""
+    cluster, partition and team; annotated with ``grouping``'s columns (its subject when
+    none is given)."""
     qs = (Job.objects.all() if jobs is None else jobs).filter(
         COUNTABLE, gpu_equivalent__gt=0, node_count__gt=0, start_time__isnull=False)
     if objective.cluster_id:
@@ -153,23 +176,16 @@ def population(objective: Objective, jobs: QuerySet[Job] | None = None) -> Subje
         qs = qs.filter(team__isnull=False)
         if objective.team_id:
             qs = qs.filter(team_id=objective.team_id)
-    return qs.annotate(subject=subject_expression(objective))
+    return cast("Subjects", qs.annotate(**(grouping or by_subject(objective)).columns))
 
 
 def _day(expr: Combinable, edges: Sequence[datetime], *, end: bool = False) -> Expression:
-    """The trend day holding instant ``expr`` (``end``: an instant on an edge belongs to the
-    day before). Arithmetic for 24 h days; a CASE over local midnights for calendar months."""
-    lengths = [(b - a).total_seconds() for a, b in pairwise(edges)]
-    if all(n == DAY_S for n in lengths[:-1]) and lengths[-1] <= DAY_S:
-        offset = Seconds(expr, _dt(edges[0])) / Value(DAY_S)
-        rounded = Ceil(offset) - Value(1.0) if end else Floor(offset)
-        return Cast(rounded, IntegerField())
-    before = LessThanOrEqual if end else LessThan
-    whens = [When(before(expr, _dt(edge)), then=Value(i)) for i, edge in enumerate(edges[1:])]
-    return Case(*whens, default=Value(len(edges) - 2), output_field=IntegerField())
+    """The trend day holding instant ``expr`` (``apps.core.sql.period_index``)."""
+    return period_index(expr, edges, end=end)
 
 
 def _bucket() -> Case:
+    """The GPU-count bucket of a job (``apps.analysis.slo.GPU_BUCKETS``) in SQL."""
     whens = [When(gpu_equivalent__lte=limit, then=Value(label))
              for limit, label in maths.GPU_BUCKETS if limit != float("inf")]
     return Case(*whens, default=Value(maths.GPU_BUCKETS[-1][1]))
@@ -194,7 +210,7 @@ class SubjectCounts:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _subjects(keys: Iterable[str], n_days: int) -> dict[str, SubjectCounts]:
+def _subjects(keys: Iterable[Hashable], n_days: int) -> dict[Hashable, SubjectCounts]:
     return {k: SubjectCounts(days=[Counts()] * n_days) for k in keys}
 
 
@@ -219,6 +235,9 @@ def _top(objective: Objective, qs: Subjects, order: Any, value: str,
             {"job": r.pop("pk"), "cluster": r.pop("cluster__name"), "value": r.pop(value),
              **{k: v for k, v in r.items() if k != "rank"}})
     return dict(out)
+
+
+bucket_expression = _bucket  # the usage reports' "job size"
 
 
 def merge_counts(parts: Mapping[str, SubjectCounts]) -> Counts:

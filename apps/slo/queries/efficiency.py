@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,32 +27,34 @@ from django.db.models.functions import (
 )
 
 from apps.analysis import slo as maths
+from apps.analysis.periods import spread as _spread
 from apps.analysis.slo import Counts
 from apps.chargeback.usage import MEASURED, Seconds
 from apps.jobs.models import Job
 from apps.slo.models import Objective
 from apps.slo.queries.common import (
+    Grouping,
     SubjectCounts,
     _burn_starts,
     _day,
     _dt,
     _top,
+    by_subject,
     population,
-    subject_key,
 )
 
 if TYPE_CHECKING:
     from apps.slo.queries.common import Efficiency
 
 
-def _efficiency(objective: Objective, window: maths.Window,
-                jobs: QuerySet[Job] | None = None) -> Efficiency:
+def _efficiency(objective: Objective, window: maths.Window, jobs: QuerySet[Job] | None = None,
+                grouping: Grouping | None = None) -> Efficiency:
     lo, now = _dt(window.start), _dt(window.observed_end)
     frac = Coalesce(F("m__useful_hours") / NullIf(F("m__allocated_gpu_hours"), Value(0.0)),
                     Value(0.0), output_field=FloatField())
     measured = Case(When(m__status__isnull=False, then=Value(1.0)), default=Value(0.0),
                     output_field=FloatField())
-    return (population(objective, jobs)
+    return (population(objective, jobs, grouping)
             .filter(start_time__lt=window.observed_end)
             .filter(Q(end_time__isnull=True) | Q(end_time__gt=window.start))
             .annotate(m=FilteredRelation("metrics", condition=MEASURED & Q(
@@ -63,11 +65,14 @@ def _efficiency(objective: Objective, window: maths.Window,
 
 
 def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[datetime],
-                   jobs: QuerySet[Job] | None = None) -> dict[str, SubjectCounts]:
+                   jobs: QuerySet[Job] | None = None,
+                   grouping: Grouping | None = None) -> dict[Any, SubjectCounts]:
     """GROUP BY (subject, first day, last day) for the window and its days; one more
-    GROUP BY by subject over the jobs running in the last burn window."""
+    GROUP BY by subject over the jobs running in the last burn window. ``grouping``
+    replaces the objective's subjects (the usage reports' groups; their days are periods)."""
     lo = _dt(window.start)
-    qs = _efficiency(objective, window, jobs).annotate(
+    grouping = grouping or by_subject(objective)
+    qs = _efficiency(objective, window, jobs, grouping).annotate(
         rs=Seconds(F("s0"), lo), re=Seconds(F("e0"), lo))
     weights: dict[str, Combinable] = {
         "a": F("gpu_equivalent"), "m": F("gpu_equivalent") * F("meas"),
@@ -76,9 +81,9 @@ def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[d
     for name, w in weights.items():
         sums |= {f"{name}g": Sum(w), f"{name}s": Sum(w * F("rs")), f"{name}e": Sum(w * F("re"))}
     rows = (qs.annotate(sd=_day(F("s0"), edges), ed=_day(F("e0"), edges, end=True))
-            .values("subject", "sd", "ed").annotate(**sums).order_by())
-    sums_of, allocated = _efficiency_days(objective, rows, edges, window.start)
-    out: dict[str, SubjectCounts] = {}
+            .values(*grouping.names, "sd", "ed").annotate(**sums).order_by())
+    sums_of, allocated = _efficiency_days(grouping, rows, edges, window.start)
+    out: dict[Hashable, SubjectCounts] = {}
     for key, (useful, measured) in sums_of.items():
         sc = out[key] = SubjectCounts(days=[Counts(u, m) for u, m in zip(useful, measured,
                                                                        strict=True)],
@@ -86,7 +91,8 @@ def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[d
         sc.window = maths.add_up(sc.days)
         sc.details["coverage"] = (sc.window.total / sc.details["allocated_s"]
                                   if sc.details["allocated_s"] > 0 else None)
-    for key, burn in _efficiency_burn(objective, window, jobs).items():
+    burns = _efficiency_burn(objective, window, jobs, grouping) if grouping.scorecard else {}
+    for key, burn in burns.items():
         out.setdefault(key, SubjectCounts(days=[Counts()] * (len(edges) - 1),
                                           details={"allocated_s": 0.0, "coverage": None}))
         out[key].burn = burn
@@ -95,18 +101,19 @@ def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[d
     return out
 
 
-def _efficiency_days(objective: Objective, rows: Iterable[Mapping[str, Any]],
+def _efficiency_days(grouping: Grouping, rows: Iterable[Mapping[str, Any]],
                      edges: Sequence[datetime], start: datetime,
-                     ) -> tuple[dict[str, tuple[list[float], list[float]]], dict[str, float]]:
+                     ) -> tuple[dict[Hashable, tuple[list[float], list[float]]],
+                                dict[Hashable, float]]:
     """Each subject's (useful, measured) GPU-seconds per day and its allocated seconds,
     from the (subject, first day, last day) groups. Plain floats while summing (thousands
     of rows), added in the rows' order: the same additions as one ``Counts`` at a time."""
     rel = [(e - start).total_seconds() for e in edges]
     n_days = len(edges) - 1
-    sums_of: dict[str, tuple[list[float], list[float]]] = {}
-    allocated: dict[str, float] = defaultdict(float)
+    sums_of: dict[Hashable, tuple[list[float], list[float]]] = {}
+    allocated: dict[Hashable, float] = defaultdict(float)
     for r in rows:
-        key = subject_key(objective, r["subject"])
+        key = grouping.key(r)
         useful, measured = sums_of.get(key) or sums_of.setdefault(
             key, ([0.0] * n_days, [0.0] * n_days))
         parts = {n: _spread(r[f"{n}g"] or 0.0, r[f"{n}s"] or 0.0, r[f"{n}e"] or 0.0,
@@ -120,35 +127,26 @@ def _efficiency_days(objective: Objective, rows: Iterable[Mapping[str, Any]],
     return sums_of, allocated
 
 
-def _spread(g: float, s: float, e: float, sd: int, ed: int,
-            rel: Sequence[float]) -> tuple[int, list[float]]:
-    """Per-day seconds of a group of jobs that all run from day ``sd`` to day ``ed``:
-    ``g`` = sum of weights, ``s``/``e`` = weighted sums of start/end (seconds from the
-    window's start). Weights are GPUs, times 0/1 for measured, times the useful share.
-    Returns the first day and one value per day up to the last (other days have none)."""
-    last = len(rel) - 2
-    sd, ed = min(max(sd, 0), last), min(max(ed, sd, 0), last)
-    if sd == ed:
-        return sd, [e - s]
-    full = [(rel[i + 1] - rel[i]) * g for i in range(sd + 1, ed)]
-    return sd, [rel[sd + 1] * g - s, *full, e - rel[ed] * g]
-
-
-def _efficiency_burn(objective: Objective, window: maths.Window,
-                     jobs: QuerySet[Job] | None = None) -> dict[str, dict[int, Counts]]:
+def _efficiency_burn(objective: Objective, window: maths.Window, jobs: QuerySet[Job] | None,
+                     grouping: Grouping) -> dict[Hashable, dict[int, Counts]]:
+    """Each subject's measured and useful seconds in each burn window (rows of one key add
+    up)."""
     starts = _burn_starts(window)
     earliest = min(starts.values())
-    qs = _efficiency(objective, window, jobs).filter(
+    qs = _efficiency(objective, window, jobs, grouping).filter(
         Q(end_time__isnull=True) | Q(end_time__gt=earliest))
     sums = {}
     for s, start in starts.items():
         overlap = Greatest(Seconds(F("e0"), Greatest(F("s0"), _dt(start))), Value(0.0))
         sums[f"m{s}"] = Sum(F("gpu_equivalent") * F("meas") * overlap)
         sums[f"u{s}"] = Sum(F("gpu_equivalent") * F("meas") * F("frac") * overlap)
-    rows: Iterable[Mapping[str, Any]] = qs.values("subject").annotate(**sums).order_by()
-    return {subject_key(objective, r["subject"]): {
-        s: Counts(r[f"u{s}"] or 0.0, r[f"m{s}"] or 0.0) for s in maths.BURN_WINDOWS}
-        for r in rows}
+    rows: Iterable[Mapping[str, Any]] = qs.values(*grouping.names).annotate(**sums).order_by()
+    out: dict[Hashable, dict[int, Counts]] = {}
+    for r in rows:
+        burn = out.setdefault(grouping.key(r), {s: Counts() for s in maths.BURN_WINDOWS})
+        for s in maths.BURN_WINDOWS:
+            burn[s] = burn[s].plus(Counts(r[f"u{s}"] or 0.0, r[f"m{s}"] or 0.0))
+    return out
 
 
 def worst_efficiency(objective: Objective, window: maths.Window,

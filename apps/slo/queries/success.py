@@ -4,7 +4,7 @@ first matching ``EndingRule`` in one SQL ``CASE``."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +24,13 @@ from apps.chargeback.usage import Seconds
 from apps.jobs.models import Job
 from apps.slo.models import Objective
 from apps.slo.queries.common import (
+    Grouping,
     SubjectCounts,
     _burn_starts,
     _day,
     _top,
+    by_subject,
     population,
-    subject_key,
 )
 
 if TYPE_CHECKING:
@@ -55,9 +56,9 @@ def rule_q(rule: maths.EndingRule) -> Q:
 
 
 def _endings(objective: Objective, window: maths.Window, rules: Sequence[maths.EndingRule],
-             jobs: QuerySet[Job] | None = None) -> Endings:
+             jobs: QuerySet[Job] | None = None, grouping: Grouping | None = None) -> Endings:
     whens = [When(rule_q(rule) or Q(pk__isnull=False), then=Value(rule.key)) for rule in rules]
-    return (population(objective, jobs)
+    return (population(objective, jobs, grouping)
             .filter(end_time__gte=window.start, end_time__lt=window.observed_end)
             .exclude(state__in=Job.ACTIVE_STATES)
             .annotate(rule=Case(*whens, default=Value(maths.UNCLASSIFIED.key))))
@@ -70,15 +71,17 @@ def _success_sums(n_days: int) -> dict[str, Any]:
 
 
 def job_success(objective: Objective, window: maths.Window, edges: Sequence[datetime],
-                rules: Sequence[maths.EndingRule],
-                jobs: QuerySet[Job] | None = None) -> dict[str, SubjectCounts]:
-    """One GROUP BY on (subject, rule, day), with the burn windows as filtered counts."""
+                rules: Sequence[maths.EndingRule], jobs: QuerySet[Job] | None = None,
+                grouping: Grouping | None = None) -> dict[Any, SubjectCounts]:
+    """One GROUP BY on (subject, rule, day), with the burn windows as filtered counts.
+    ``grouping`` replaces the objective's subjects (the usage reports' groups)."""
+    grouping = grouping or by_subject(objective)
     causes = {r.key: r.cause for r in rules} | {maths.UNCLASSIFIED.key: maths.Cause.EXCLUDED}
     burn = {f"n{s}": Count("pk", filter=Q(end_time__gte=start))
-            for s, start in _burn_starts(window).items()}
+            for s, start in _burn_starts(window).items()} if grouping.scorecard else {}
     rows: Iterable[Mapping[str, Any]] = (  # Mapping: the burn columns are named at run time
-        _endings(objective, window, rules, jobs)
-        .annotate(day=_day(F("end_time"), edges)).values("subject", "rule", "day")
+        _endings(objective, window, rules, jobs, grouping)
+        .annotate(day=_day(F("end_time"), edges)).values(*grouping.names, "rule", "day")
         .annotate(n=Count("pk"), **burn).order_by())
     n_days = len(edges) - 1
     # Burn windows are nested (each starts at or before the next shorter one), so a row with
@@ -87,9 +90,9 @@ def job_success(objective: Objective, window: maths.Window, edges: Sequence[date
     burn_columns = [(s, f"n{s}") for s in maths.BURN_WINDOWS]
     widest = f"n{max(maths.BURN_WINDOWS)}"
     # plain numbers while summing (thousands of rows); Counts at the end
-    acc: dict[str, dict[str, Any]] = {}
+    acc: dict[Hashable, dict[str, Any]] = {}
     for r in rows:
-        key = subject_key(objective, r["subject"])
+        key = grouping.key(r)
         a = acc.get(key) or acc.setdefault(key, _success_sums(n_days))
         n, cause = r["n"], causes[r["rule"]]
         a["endings"][r["rule"]] += n
@@ -99,7 +102,7 @@ def job_success(objective: Objective, window: maths.Window, edges: Sequence[date
         day = r["day"] if 0 <= r["day"] < n_days else n_days  # out of range: window only
         a["total"][day] += n
         a["good"][day] += n if good else 0
-        if not r[widest]:
+        if not r.get(widest):  # none in the widest burn window, or no burn columns
             continue
         for s, column in burn_columns:
             a["bt"][s] += r[column]

@@ -23,8 +23,10 @@ from apps.clusters.adapters.slurm.types import (
     GpuSource,
     JobAllocation,
     LimitChange,
+    Qos,
     QueueEntry,
     RecordError,
+    Reservation,
     ResourceRequest,
     ShareRow,
     SlurmClient,
@@ -37,6 +39,7 @@ from apps.clusters.adapters.slurm.types import (
 
 __all__ = [
     "ACTIVE_STATES", "Action", "Association", "ExitStatus", "GpuBinding", "GpuSource",
-    "JobAllocation", "LimitChange", "QueueEntry", "RecordError", "ResourceRequest", "ShareRow",
+    "JobAllocation", "LimitChange", "Qos", "QueueEntry", "RecordError", "Reservation",
+    "ResourceRequest", "ShareRow",
     "SlurmClient", "SlurmJob", "SlurmNode", "SlurmPartition", "UsageRow", "change_time",
 ]

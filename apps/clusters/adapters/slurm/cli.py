@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from apps.clusters.adapters.slurm import parse, parse_gpus, values, versions
+from apps.clusters.adapters.slurm import parse, parse_gpus, parse_live, values, versions
 from apps.clusters.adapters.slurm import parse_cluster as cparse
 from apps.clusters.adapters.slurm import types as st
 from apps.clusters.adapters.slurm.versions import DataParser
@@ -258,6 +258,37 @@ class SlurmCli:
 
     def partitions(self) -> list[st.SlurmPartition]:
         return cparse.parse_scontrol_partitions(self._run(["scontrol", "show", "partition", "-o"]))
+
+    def reservations(self) -> list[st.Reservation]:
+        """``scontrol --json show reservation`` from 23.02; 22.05's scontrol has no
+        ``--json``: its text, in UTC."""
+        if self.dialect().number <= (0, 0, 38):
+            text = self._run(["scontrol", "show", "reservation", "-o"], env=UTC_ENV)
+            try:
+                return parse_live.parse_reservations_text(text)
+            except ValueError as exc:
+                raise AdapterError(f"scontrol show reservation: {exc}", service="slurm") from exc
+        data = self._json(["scontrol", self._json_flag(), "show", "reservation"])
+        self._raise_failures("scontrol show reservation", data)
+        return parse_live.parse_reservations_json(data)
+
+    def qos(self) -> list[st.Qos]:
+        """``sacctmgr --json show qos`` from 23.02; 22.05's sacctmgr has no ``--json``:
+        its ``-P`` text with the columns the view reads."""
+        if self.dialect().number <= (0, 0, 38):
+            return parse_live.parse_qos_text(self._run(
+                ["sacctmgr", "-P", "show", "qos", f"format={parse_live.QOS_FORMAT}"]))
+        data = self._json(["sacctmgr", self._json_flag(), "show", "qos"])
+        self._raise_failures("sacctmgr show qos", data)
+        return parse_live.parse_qos_json(data)
+
+    @staticmethod
+    def _raise_failures(what: str, data: dict[str, Any]) -> None:
+        """Slurm's JSON commands can exit 0 with ``errors``: a failed read, never none."""
+        if errors := values.failures(data.get("errors")):
+            text = json.dumps(errors)[:2000]
+            raise TransientAdapterError(f"{what} reported errors: {text[:200]}",
+                                        service="slurm", detail=text)
 
     def associations(self) -> list[st.Association]:
         where = ["where", f"cluster={self.cluster}"] if self.cluster else []

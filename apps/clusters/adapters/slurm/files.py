@@ -14,6 +14,8 @@ parsers as the ``cli`` backend read it, and the same sync stores it:
 | ``scontrol_partitions.txt`` | ``scontrol show partition -o`` |
 | ``sacctmgr_assoc.txt`` | ``sacctmgr -P show assoc format=...`` (optional) |
 | ``sshare.txt`` | ``sshare -a -P -o ...`` (optional) |
+| ``scontrol_reservations.txt`` | ``scontrol show reservation -o`` (TZ=UTC, optional) |
+| ``sacctmgr_qos.txt`` | ``sacctmgr -P show qos format=<parse_live.QOS_FORMAT>`` (optional) |
 | ``scripts/<id>.sh`` | ``sacct -j <id> --batch-script`` (optional) |
 | ``scripts/<id>.env`` | ``sacct -j <id> --env-vars``, the body only (optional) |
 | ``sreport_<start>_<end>.txt`` | ``sreport -P -T gres/gpu -t minutes cluster`` |
@@ -50,7 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from apps.clusters.adapters.slurm import dumps, parse, parse_gpus
+from apps.clusters.adapters.slurm import dumps, parse, parse_gpus, parse_live
 from apps.clusters.adapters.slurm import parse_cluster as cparse
 from apps.clusters.adapters.slurm import types as st
 from apps.clusters.adapters.slurm.cli import limit_argv
@@ -218,6 +220,19 @@ class SlurmFiles:
         if not (self.folder / OPTIONAL[1]).is_file():
             return []
         return cparse.parse_sshare(self._text(OPTIONAL[1]))
+
+    def reservations(self) -> list[st.Reservation]:
+        """``scontrol_reservations.txt``; a folder without it is an ``AdapterError`` (not
+        "no reservations": nobody said there were none)."""
+        try:
+            return parse_live.parse_reservations_text(self._text("scontrol_reservations.txt"))
+        except ValueError as exc:
+            raise AdapterError(f"{self.folder}/scontrol_reservations.txt: {exc}",
+                               service=SERVICE) from exc
+
+    def qos(self) -> list[st.Qos]:
+        """``sacctmgr_qos.txt``; missing is an ``AdapterError``, as for reservations."""
+        return parse_live.parse_qos_text(self._text("sacctmgr_qos.txt"))
 
     def job_scripts(self, job_ids: Iterable[int]) -> dict[str, str]:
         """Scripts saved as ``scripts/<raw job id>.sh``, keyed by display id like sacct's."""

@@ -38,7 +38,7 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 
-from apps.clusters.adapters.slurm import parse, parse_gpus, values, versions
+from apps.clusters.adapters.slurm import parse, parse_gpus, parse_live, values, versions
 from apps.clusters.adapters.slurm import parse_cluster as cparse
 from apps.clusters.adapters.slurm import types as st
 from apps.clusters.adapters.slurm.rest_limits import limit_body
@@ -317,6 +317,16 @@ class SlurmRest:
     def partitions(self) -> list[st.SlurmPartition]:
         self.api()
         return cparse.parse_rest_partitions(self._json(f"{self.slurm}/partitions"))
+
+    def reservations(self) -> list[st.Reservation]:
+        """``/slurm/<v>/reservations``: every version from v0.0.37."""
+        self.api()
+        return parse_live.parse_reservations_json(self._json(f"{self.slurm}/reservations"))
+
+    def qos(self) -> list[st.Qos]:
+        """``/slurmdb/<v>/qos``: every version from v0.0.37 (``QOS`` in 22.05's)."""
+        self.api()
+        return parse_live.parse_qos_json(self._json(f"{self.slurmdb}/qos"))
 
     def associations(self) -> list[st.Association]:
         return cparse.parse_rest_associations(self._associations())

@@ -237,6 +237,44 @@ class ShareRow:
 
 
 @dataclass(frozen=True)
+class Reservation:
+    """A reservation (``scontrol show reservation``, ``/slurm/<v>/reservations``): nodes set
+    aside from ``start`` to ``end`` for the users and accounts it names (issue 30)."""
+
+    name: str
+    start: datetime | None = None
+    end: datetime | None = None
+    nodes: str = ""  # a Slurm host list, ``gpu[01-02]``
+    node_count: int = 0
+    partition: str = ""
+    flags: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    tres: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Qos:
+    """A QOS and its limits (``sacctmgr show qos``, ``/slurmdb/<v>/qos``), TRES limits as
+    Slurm names them (``{"gres/gpu": 16}``); None is "no limit" (issue 30)."""
+
+    name: str
+    description: str = ""
+    priority: int | None = None
+    flags: tuple[str, ...] = ()
+    grp_tres: Mapping[str, int] = field(default_factory=dict)  # GrpTRES
+    grp_jobs: int | None = None  # GrpJobs
+    max_tres_per_job: Mapping[str, int] = field(default_factory=dict)  # MaxTRES
+    max_tres_per_node: Mapping[str, int] = field(default_factory=dict)  # MaxTRESPerNode
+    max_tres_per_user: Mapping[str, int] = field(default_factory=dict)  # MaxTRESPU
+    max_tres_per_account: Mapping[str, int] = field(default_factory=dict)  # MaxTRESPA
+    max_jobs_per_user: int | None = None  # MaxJobsPU (running)
+    max_submit_per_user: int | None = None  # MaxSubmitPU
+    max_wall_min: int | None = None  # MaxWall
+    preempt: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class UsageRow:
     """One row of ``sreport cluster AccountUtilizationByUser``: TRES-minutes of an account
     (``user`` empty) or of a user in an account, as sreport prints them (whole minutes)."""
@@ -348,6 +386,14 @@ class SlurmClient(Protocol):
         ...
 
     def shares(self) -> list[ShareRow]:
+        ...
+
+    def reservations(self) -> list[Reservation]:
+        """Every reservation slurmctld holds now, active or to come."""
+        ...
+
+    def qos(self) -> list[Qos]:
+        """Every QOS with its limits, from accounting."""
         ...
 
     def job_scripts(self, job_ids: Iterable[int]) -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""``manage.py sync_cluster NAME|--all [--only jobs,queue,nodes,shares,labels]``: the periodic
-Slurm syncs, run now and in this process (backfills, debugging, cron-only sites)."""
+"""``manage.py sync_cluster NAME|--all [--only jobs,queue,nodes,shares,limits,labels]``: the
+periodic Slurm syncs, run now and in this process (backfills, debugging, cron-only sites)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.clusters import labels, sync
+from apps.clusters import labels, sync, sync_limits
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
 
-PARTS = ("jobs", "queue", "nodes", "shares", "labels")
+PARTS = ("jobs", "queue", "nodes", "shares", "limits", "labels")
 
 
 class Command(BaseCommand):
-    help = "Sync job records, queue, nodes and fairshare from Slurm (same code as the tasks)."
+    help = ("Sync job records, queue, nodes, fairshare, reservations and QOS from Slurm "
+            "(same code as the tasks).")
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("name", nargs="?", help="cluster name")
@@ -67,4 +68,6 @@ class Command(BaseCommand):
             return sync.sync_nodes(cluster)
         if part == "shares":
             return sync.sync_shares(cluster)
+        if part == "limits":
+            return sync_limits.sync_limits(cluster)
         return labels.label_jobs(cluster)

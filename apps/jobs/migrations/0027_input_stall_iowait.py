@@ -16,7 +16,7 @@ def forwards(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0025_node_cpu_iowait'),
+        ('jobs', '0026_node_cpu_iowait'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('jobs', '0024_roofline_pipes'),
+        ('jobs', '0025_archive_month_partitions'),
     ]
 
     operations = [
