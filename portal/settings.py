@@ -608,7 +608,8 @@ GUARDRAILS_INTERACTIVE_IDLE_MINUTES = env_int("GUARDRAILS_INTERACTIVE_IDLE_MINUT
 GUARDRAILS_INTERACTIVE_PARTITIONS = env_list("GUARDRAILS_INTERACTIVE_PARTITIONS", "interactive")
 GUARDRAILS_MIN_RUN_MINUTES = env_int("GUARDRAILS_MIN_RUN_MINUTES", 30, minimum=0)
 GUARDRAILS_STALL_RULES = env_list("GUARDRAILS_STALL_RULES",
-                                  "input-stall,input-stall-storage,input-stall-cpu")
+                                  "input-stall,input-stall-storage,input-stall-iowait,"
+                                  "input-stall-cpu")
 GUARDRAILS_MAX_MESSAGES_PER_DAY = env_int("GUARDRAILS_MAX_MESSAGES_PER_DAY", 4, minimum=1)
 GUARDRAILS_WEBHOOK_TIMEOUT = env_int("GUARDRAILS_WEBHOOK_TIMEOUT", 10, minimum=1)
 # Who hears about a Slurm user's job (alerts, policy notices, digests): the linked portal

@@ -40,7 +40,7 @@ CHANNELS: dict[str, tuple[int, str, float]] = {
     "ib_tx": (20, "log", 1.0), "ib_rx": (21, "log", 1.0), "ib_wait": (22, "log", 1.0),
     "net_tx": (23, "log", 1.0), "net_rx": (24, "log", 1.0),
     "cpu_busy": (25, "ratio", 1.0), "mem_used": (26, "u16", float(2**30)),  # memory in GiB
-    "fs_read": (27, "log", 1.0), "fs_write": (28, "log", 1.0),
+    "fs_read": (27, "log", 1.0), "fs_write": (28, "log", 1.0), "cpu_iowait": (29, "ratio", 1.0),
 }
 _WIDTH = {"ratio": 1, "u8": 1, "u16": 2, "log": 2}
 _BY_ID = {cid: (name, kind, unit) for name, (cid, kind, unit) in CHANNELS.items()}

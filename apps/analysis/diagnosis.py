@@ -93,6 +93,7 @@ FACTS: dict[str, FactSpec] = {
                               "network"),
     "node_cpu_share": FactSpec("share of its nodes' CPUs the job held", "pct", "network"),
     "cpu_busy": FactSpec("CPU busy (busiest node)", "pct", "network"),
+    "cpu_iowait": FactSpec("CPU time in I/O wait (worst node)", "pct", "network"),
     "fs_read_gbs": FactSpec("network file-system reads per node", "gbs", "network"),
     # profiler traces
     "trace": FactSpec("profiler trace analysed", "bool", "phases"),

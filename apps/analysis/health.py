@@ -73,6 +73,7 @@ class NodeHealth:
 
     host: str
     cpu_busy: float | None = None
+    cpu_iowait: float | None = None  # share of CPU time idle with disk I/O outstanding
     mem_used_bytes: float | None = None
     ib_tx_bps: float | None = None
     ib_rx_bps: float | None = None
@@ -120,7 +121,8 @@ def node_health(host: str, series: Mapping[str, Series], window: Window) -> Node
     """Summarise one node's CPU, memory, InfiniBand, Ethernet and NFS series (rates per
     second).
 
-    ``cpu_busy`` is the mean share of CPU time not idle; ``mem_used_bytes`` the peak of
+    ``cpu_busy`` is the mean share of CPU time not idle, ``cpu_iowait`` the mean share in
+    I/O wait (idle while the node's disk I/O is outstanding); ``mem_used_bytes`` the peak of
     memory in use (what matters for running out of it). ``ib_errors`` integrates the
     error rate over time: link error recoveries and downs.
     """
@@ -129,6 +131,7 @@ def node_health(host: str, series: Mapping[str, Series], window: Window) -> Node
     errors = points.get("ib_errors")
     return NodeHealth(
         host=host, cpu_busy=_mean(values.get("cpu_busy")),
+        cpu_iowait=_mean(values.get("cpu_iowait")),
         mem_used_bytes=max(values["mem_used"]) if values.get("mem_used") else None,
         ib_tx_bps=_mean(values.get("ib_tx")), ib_rx_bps=_mean(values.get("ib_rx")),
         ib_wait_per_s=_mean(values.get("ib_wait")),

@@ -77,7 +77,7 @@ def node_row(h: NodeHealth, series: dict[str, Series], window: Window,
     channels = {name: regrid(series[name].points, window, n)
                 for name in NODE_CHANNELS if name in series}
     return dict(
-        host=h.host, cpu_busy=h.cpu_busy, mem_used_bytes=h.mem_used_bytes,
+        host=h.host, cpu_busy=h.cpu_busy, cpu_iowait=h.cpu_iowait, mem_used_bytes=h.mem_used_bytes,
         ib_tx_bps=h.ib_tx_bps, ib_rx_bps=h.ib_rx_bps,
         ib_wait_per_s=h.ib_wait_per_s, ib_errors=h.ib_errors,
         ib_rate_min_bps=h.ib_rate_min_bps, ib_rate_max_bps=h.ib_rate_max_bps,
@@ -95,8 +95,8 @@ GPU_CHANNELS: dict[str, tuple[str, str]] = {
     "xid": ("xid", "max"), "nvlink": ("nvlink_tx", "mean"), "pcie_rx": ("pcie_rx", "mean"),
     "pcie_tx": ("pcie_tx", "mean"),
 }
-NODE_CHANNELS = ("cpu_busy", "mem_used", "ib_tx", "ib_rx", "ib_wait", "net_tx", "net_rx",
-                 "fs_read", "fs_write")
+NODE_CHANNELS = ("cpu_busy", "cpu_iowait", "mem_used", "ib_tx", "ib_rx", "ib_wait", "net_tx",
+                 "net_rx", "fs_read", "fs_write")
 
 
 def channels(series: dict[str, Series], measure: str, window: Window,

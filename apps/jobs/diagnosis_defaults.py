@@ -54,6 +54,24 @@ DEFAULT_RULES: list[dict[str, Any]] = [
              "the file system's load and the dataset's layout (many small files cost "
              "metadata round trips: pack them into shards), or stage the dataset to local "
              "NVMe."},
+    # I/O wait: CPUs idle with disk or file-system I/O outstanding (node_exporter's iowait
+    # mode). 10% of all CPUs over the whole run: healthy nodes sit near 0-2%, and a
+    # checkpoint write or log flush, averaged over the run, stays well below; on a 32-CPU
+    # node it takes three or four loader workers blocked on reads all the time. Whole nodes
+    # only: another job's I/O would count too.
+    {"key": "input-stall-iowait", "area": "data", "severity": "warning", "order": 14,
+     "title": "Input stall: reads block on disk or file-system latency",
+     "conditions": [*INPUT_STALL, ("node_cpu_share", ">=", 0.9), ("cpu_iowait", ">=", 0.1)],
+     "text": "While the GPUs waited for input, the nodes' CPUs spent {cpu_iowait} of their "
+             "time in I/O wait (idle with disk or file-system I/O outstanding; node_exporter "
+             "counts it in the {cpu_busy} busy): the loader's reads most likely block on "
+             "the latency of the local disk or the file system the dataset is on. It "
+             "could also be the node swapping (memory pressure), the job's own checkpoint "
+             "writes, or another job's or a daemon's I/O on the node.",
+     "hint": "Check the device the dataset is read from (iostat -x: await and %util) and "
+             "the node's swap activity (vmstat: si/so); stage the dataset to local NVMe or "
+             "memory, read larger shards, and raise prefetch_factor and num_workers so "
+             "reads overlap."},
     {"key": "input-stall-cpu", "area": "code", "severity": "warning", "order": 48,
      "title": "Input stall: preprocessing on the CPU cannot keep up",
      # CPUs pegged on whole nodes are host-side evidence by themselves: any PCIe receive

@@ -62,7 +62,7 @@ def receive_facts(summaries: Sequence[JobMetricSummary], nodes: Sequence[JobNode
 
 def host_facts(nodes: Sequence[JobNodeMetrics], job_cpus: int,
                node_cpus: Sequence[int]) -> dict[str, Fact]:
-    """What the job's nodes did while it ran: CPU and network file-system reads.
+    """What the job's nodes did while it ran: CPU, I/O wait and network file-system reads.
 
     Node-shared like InfiniBand: other jobs on a node add to its numbers, so
     ``node_cpu_share`` says how much of the nodes' CPUs the job held (1: whole nodes, where
@@ -75,6 +75,10 @@ def host_facts(nodes: Sequence[JobNodeMetrics], job_cpus: int,
     busy = [n.cpu_busy for n in nodes if n.cpu_busy is not None]
     if busy:
         facts["cpu_busy"] = max(busy)
+    # the worst node: one node whose reads block holds back every rank's step
+    iowait = [n.cpu_iowait for n in nodes if n.cpu_iowait is not None]
+    if iowait:
+        facts["cpu_iowait"] = max(iowait)
     reads = [n.fs_read_bps for n in nodes if n.fs_read_bps is not None]
     if reads:
         facts["fs_read_gbs"] = sum(reads) / len(reads) / 1e9

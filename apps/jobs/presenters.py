@@ -182,6 +182,7 @@ GPU_LINES: dict[str, tuple[str, str, str, float]] = {
 }
 NODE_LINES: dict[str, tuple[str, str, str, float]] = {
     "cpu": ("cpu_busy", "CPU busy per node", "%", 100.0),
+    "iowait": ("cpu_iowait", "CPU time in I/O wait per node", "%", 100.0),
     "mem": ("mem_used", "Memory in use per node", "GiB", 1 / 2**30),
     "ib": ("ib_tx", "InfiniBand transmitted per node", "GB/s", 1e-9),
     "ibwait": ("ib_wait", "InfiniBand transmit waits per node", "ticks/s", 1.0),

@@ -84,11 +84,16 @@ def test_file_system_reads_default_to_nfs_mountstats_and_a_site_names_its_own():
     assert lustre.node_families["node_mountstats_nfs_write_bytes_total"] == "fs_write"
     assert "node_mountstats_nfs_read_bytes_total" not in lustre.node_families
     assert set(default.node_queries()) == set(default.node_samples)  # both paths, same measures
+    # one family, two modes: each key reads its own (cpu_busy idle, cpu_iowait iowait)
+    assert default.node_keys["node_cpu_seconds_total"] == (
+        "node_cpu_seconds_total", "node_cpu_seconds_total#iowait")
 
 
 @pytest.mark.parametrize(("measure", "expected"), [
     ("cpu_busy", '1 - avg by (instance) (sum by (instance, cpu) (avg without (job) ('
                  'rate(node_cpu_seconds_total{cluster="a",mode="idle"}[2m]))))'),
+    ("cpu_iowait", 'avg by (instance) (sum by (instance, cpu) (avg without (job) ('
+                   'rate(node_cpu_seconds_total{cluster="a",mode="iowait"}[2m]))))'),
     ("mem_used", 'max by (instance) (avg without (job) (node_memory_MemTotal_bytes'
                  '{cluster="a"}) - avg without (job) (node_memory_MemAvailable_bytes'
                  '{cluster="a"}))'),

@@ -73,8 +73,9 @@ class SyntheticNode:
     """One node's synthetic ``sys`` and ``proc`` trees under ``root``.
 
     ``ib_bps[(device, port)] = (rx, tx)`` bytes per second; ``cpu_busy`` the share of each
-    of ``cores`` CPUs busy; ``net_bps = (rx, tx)`` on ``eth0``. :meth:`tick` advances every
-    counter by the time since the last tick at the current rates.
+    of ``cores`` CPUs busy in user mode and ``cpu_iowait`` in I/O wait (the rest idle);
+    ``net_bps = (rx, tx)`` on ``eth0``. :meth:`tick` advances every counter by the time since
+    the last tick at the current rates.
     """
 
     root: Path
@@ -83,10 +84,11 @@ class SyntheticNode:
     cores: int = 4
     ib_bps: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     cpu_busy: float = 0.25
+    cpu_iowait: float = 0.0
     net_bps: tuple[float, float] = (1e6, 2e6)
     mem: tuple[int, int] = (256 << 30, 200 << 30)  # total, available (bytes)
     counters: dict[tuple[str, str, str], float] = field(default_factory=dict)
-    cpu: list[list[float]] = field(default_factory=list)  # per core: user, idle ticks
+    cpu: list[list[float]] = field(default_factory=list)  # per core: user, idle, iowait ticks
     net: list[float] = field(default_factory=lambda: [0.0, 0.0])
     last: float | None = None
 
@@ -110,7 +112,7 @@ class SyntheticNode:
                 _write(base / "ports" / port / "rate", "400 Gb/sec (4X NDR)\n")
                 for counter in IB_COUNTERS:
                     self.counters[(device, port, counter)] = 0.0
-        self.cpu = [[0.0, 0.0] for _ in range(self.cores)]
+        self.cpu = [[0.0, 0.0, 0.0] for _ in range(self.cores)]
         self.last = time.time()
         self._flush()
 
@@ -136,7 +138,8 @@ class SyntheticNode:
             self.counters[(device, port, "port_xmit_packets")] += tx * dt / 4096
         for core in self.cpu:
             core[0] += self.cpu_busy * dt * USER_HZ
-            core[1] += (1 - self.cpu_busy) * dt * USER_HZ
+            core[1] += (1 - self.cpu_busy - self.cpu_iowait) * dt * USER_HZ
+            core[2] += self.cpu_iowait * dt * USER_HZ
         self.net[0] += self.net_bps[0] * dt
         self.net[1] += self.net_bps[1] * dt
         self._flush()
@@ -148,10 +151,11 @@ class SyntheticNode:
         self._flush_proc()
 
     def _flush_proc(self) -> None:
-        total = [sum(c[0] for c in self.cpu), sum(c[1] for c in self.cpu)]
-        lines = [f"cpu  {int(total[0])} 0 0 {int(total[1])} 0 0 0 0 0 0"]
-        lines += [f"cpu{i} {int(u)} 0 0 {int(idle)} 0 0 0 0 0 0"
-                  for i, (u, idle) in enumerate(self.cpu)]
+        # /proc/stat: user nice system idle iowait irq softirq steal guest guest_nice
+        total = [sum(c[k] for c in self.cpu) for k in range(3)]
+        lines = [f"cpu  {int(total[0])} 0 0 {int(total[1])} {int(total[2])} 0 0 0 0 0"]
+        lines += [f"cpu{i} {int(u)} 0 0 {int(idle)} {int(iowait)} 0 0 0 0 0"
+                  for i, (u, idle, iowait) in enumerate(self.cpu)]
         lines += ["intr 0", "ctxt 0", "btime 1790000000", "processes 1", "procs_running 1",
                   "procs_blocked 0", "softirq 0 0 0 0 0 0 0 0 0 0 0"]
         _write(self.procfs / "stat", "\n".join(lines) + "\n")

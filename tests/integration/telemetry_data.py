@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from apps.analysis.idleness import RULES as IDLE_RULES
 from tests.integration.prom import marker_lines, om_series
 
-NAME = "jobs-v2"
+NAME = "jobs-v3"  # v3: CPU iowait time
 # Each version of the data set sits on a day of its own: a server still holding an older
 # version (the same GPUs under other labels) would otherwise mix the two by host.
 T0 = 1_791_244_800  # 2026-10-06 00:00:00 UTC (jobs-v1 was on 2026-10-05)
@@ -153,7 +153,8 @@ def _node_families() -> Iterator[str]:
     """node_exporter counters (OpenMetrics: the family drops ``_total``, samples keep it)
     and memory gauges."""
     counters = [("node_cpu_seconds", "Seconds the CPUs spent in each mode.",
-                 [({"cpu": "0", "mode": "idle"}, 0.25), ({"cpu": "0", "mode": "user"}, 0.75)]),
+                 [({"cpu": "0", "mode": "idle"}, 0.25), ({"cpu": "0", "mode": "user"}, 0.7),
+                  ({"cpu": "0", "mode": "iowait"}, 0.05)]),
                 ("node_infiniband_port_data_received_bytes", "InfiniBand bytes received.",
                  [({"device": "mlx5_0", "port": "1"}, 1e8)]),
                 ("node_network_receive_bytes", "Network bytes received.",
@@ -193,7 +194,7 @@ def mem_used(host: str, t: float) -> float:
 def expected_node(job: JobSpec, host: str) -> dict[str, float]:
     """Independent node answers over ``job``'s window (node-shared: every job there)."""
     inside = [t for t in times() if job.start < t <= job.end]
-    return {"cpu_busy": 0.75, "net_rx": 1e6, "ib_rx": 1e8, "fs_read": 5e7,
+    return {"cpu_busy": 0.75, "cpu_iowait": 0.05, "net_rx": 1e6, "ib_rx": 1e8, "fs_read": 5e7,
             "mem_used_peak": max(mem_used(host, t) for t in inside)}
 
 

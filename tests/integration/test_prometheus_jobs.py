@@ -195,7 +195,7 @@ def test_node_series_cover_the_jobs_hosts(cat, client):
     for host in data.NODES:
         want = data.expected_node(job, host)
         node = telemetry.nodes[host]
-        for measure in ("cpu_busy", "net_rx", "ib_rx", "fs_read"):  # net_rx: without loopback
+        for measure in ("cpu_busy", "cpu_iowait", "net_rx", "ib_rx", "fs_read"):  # net_rx: no lo
             points = node[measure].points
             assert points and all(v == pytest.approx(want[measure], rel=1e-6)
                                   for _, v in points), (host, measure)
@@ -216,6 +216,7 @@ def test_node_series_from_prometheus_and_from_a_file_agree(cat, client):
     want = data.expected_node(job, "gpu02")
     for h in (a, b):
         assert h.cpu_busy == pytest.approx(want["cpu_busy"], rel=1e-6)
+        assert h.cpu_iowait == pytest.approx(want["cpu_iowait"], rel=1e-6)  # same family, 2 modes
         assert h.mem_used_bytes == want["mem_used_peak"]
         assert h.net_rx_bps == pytest.approx(want["net_rx"], rel=1e-6)
         assert h.ib_rx_bps == pytest.approx(want["ib_rx"], rel=1e-6)

@@ -264,14 +264,16 @@ def test_it_keeps_node_cpu_and_memory_with_their_series(job):
     from tests.jobs.fake_telemetry import FakeSource
 
     source = FakeSource({GpuKey("gpu01", i): dict(BUSY) for i in range(8)},
-                        nodes={"gpu01": {"cpu_busy": 0.35, "mem_used": 300 * 2**30,
-                                         "ib_tx": 2e9}})
+                        nodes={"gpu01": {"cpu_busy": 0.35, "cpu_iowait": 0.12,
+                                         "mem_used": 300 * 2**30, "ib_tx": 2e9}})
     metrics = archive.archive_job(job, source)
     [node] = metrics.job.node_metrics.all()
     assert node.cpu_busy == pytest.approx(0.35) and node.mem_used_bytes == 300 * 2**30
+    assert node.cpu_iowait == pytest.approx(0.12)
     channels = compact.decode(bytes(node.series))
-    assert set(channels) == {"cpu_busy", "mem_used", "ib_tx"}
+    assert set(channels) == {"cpu_busy", "cpu_iowait", "mem_used", "ib_tx"}
     assert channels["cpu_busy"][0] == pytest.approx(0.35, abs=0.004)
+    assert channels["cpu_iowait"][0] == pytest.approx(0.12, abs=0.004)
     assert channels["mem_used"][0] == 300 * 2**30  # whole GiB survive the compact form
 
 
@@ -312,8 +314,8 @@ def test_a_refused_measure_is_a_partial_archive_naming_the_query_and_the_error(j
 
     # every GPU measure dcgm-exporter has (not the AMD exporter's throttle residencies nor
     # its VALU) and every node measure asked
-    assert len(prom.asked) == len(Catalogue().pairs(JOB_MEASURES)) + 12 == \
-        len(JOB_MEASURES) - 4 + 12
+    assert len(prom.asked) == len(Catalogue().pairs(JOB_MEASURES)) + 13 == \
+        len(JOB_MEASURES) - 4 + 13
     [node] = job.node_metrics.all()
     assert node.cpu_busy is not None and node.ib_rx_bps is None  # only its own measure lost
 

@@ -144,6 +144,10 @@ STARVED = {"cpu_busy": 0.12, "fs_read": 9e7}
     (16, STARVED, ["input-stall", "input-stall-storage"]),
     (16, {"cpu_busy": 0.6, "fs_read": 2e8}, ["input-stall"]),  # neither reading is clear
     (16, {"cpu_busy": 0.12}, ["input-stall"]),  # no file-system series: no storage reading
+    # reads block on the node's disk (I/O wait): the archived node row carries it to the rule
+    (16, {"cpu_busy": 0.3, "cpu_iowait": 0.25}, ["input-stall", "input-stall-iowait"]),
+    (16, {"cpu_busy": 0.3, "cpu_iowait": 0.01}, ["input-stall"]),
+    (64, {"cpu_busy": 0.3, "cpu_iowait": 0.25}, ["input-stall"]),  # shared node
     (64, PEGGED, ["input-stall"]),  # a quarter of a shared node: its CPU is not the job's
     (64, STARVED, ["input-stall"]),
     (0, PEGGED, ["input-stall"]),  # the node's CPUs unknown

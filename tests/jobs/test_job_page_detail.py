@@ -38,7 +38,7 @@ def straggling(world):
     gpus[GpuKey("gpu01", 5)].update(sm_active=0.86, temperature=89.0, sm_clock=1148.0,
                                     throttle_reasons=0x60)
     Contact.objects.create(area="hardware", name="Hardware on-call", email="hw@example.org")
-    nodes = {"gpu01": {"cpu_busy": 0.42, "mem_used": 512 * 2**30, "ib_tx": 2e9,
+    nodes = {"gpu01": {"cpu_busy": 0.42, "cpu_iowait": 0.17, "mem_used": 512 * 2**30, "ib_tx": 2e9,
                        "ib_wait": 100.0, "net_tx": 1e6}}
     archive.archive_job(job, FakeSource(gpus, nodes=nodes))
     return job
@@ -87,6 +87,10 @@ def test_the_node_table_shows_cpu_busy_and_peak_memory(straggling, login):
     cpu = json.loads(html.split('id="fig-node-cpu" type="application/json">')[1]
                      .split("</script>")[0])
     assert cpu["data"][0]["y"][0] == pytest.approx(42.0, abs=0.4)  # percent
+    assert "I/O wait" in html and "17%" in html
+    iowait = json.loads(html.split('id="fig-node-iowait" type="application/json">')[1]
+                        .split("</script>")[0])
+    assert iowait["data"][0]["y"][0] == pytest.approx(17.0, abs=0.4)
 
 
 def test_the_straggler_line_is_drawn_thicker(straggling, login):

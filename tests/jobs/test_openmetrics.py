@@ -124,7 +124,8 @@ def test_job_series_reads_gpus_and_node_rates_in_one_pass():
 
 
 def test_node_cpu_memory_and_network_read_as_the_prometheus_queries_do():
-    """cpu_busy = 1 - mean idle rate over CPUs (other modes ignored); mem_used = MemTotal -
+    """cpu_busy = 1 - mean idle rate over CPUs (other modes ignored), cpu_iowait the mean
+    iowait rate from the same family; mem_used = MemTotal -
     MemAvailable; the loopback device is not network traffic; NFS reads sum over mounts."""
     from apps.jobs.adapters.openmetrics import job_series
 
@@ -134,7 +135,9 @@ def test_node_cpu_memory_and_network_read_as_the_prometheus_queries_do():
     for k, t in enumerate((1000, 1030, 1060)):
         lines += [f'node_cpu_seconds_total{{cpu="0",mode="idle",{host}}} {0.2 * 30 * k} {t}',
                   f'node_cpu_seconds_total{{cpu="1",mode="idle",{host}}} {0.6 * 30 * k} {t}',
-                  f'node_cpu_seconds_total{{cpu="0",mode="user",{host}}} {0.8 * 30 * k} {t}',
+                  f'node_cpu_seconds_total{{cpu="0",mode="user",{host}}} {0.7 * 30 * k} {t}',
+                  f'node_cpu_seconds_total{{cpu="0",mode="iowait",{host}}} {0.1 * 30 * k} {t}',
+                  f'node_cpu_seconds_total{{cpu="1",mode="iowait",{host}}} {0.3 * 30 * k} {t}',
                   f'node_memory_MemTotal_bytes{{{host}}} {2**40} {t}',
                   f'node_memory_MemAvailable_bytes{{{host}}} {2**40 - (k + 1) * 2**30} {t}',
                   f'node_network_receive_bytes_total{{device="eth0",{host}}} {1e6 * 30 * k} {t}',
@@ -147,6 +150,7 @@ def test_node_cpu_memory_and_network_read_as_the_prometheus_queries_do():
                       Window(900, 2000), job_id="7")
     node = read.nodes["gpu01"]
     assert [v for _, v in node["cpu_busy"].points] == pytest.approx([0.6, 0.6])  # 1 - 0.4
+    assert [v for _, v in node["cpu_iowait"].points] == pytest.approx([0.2, 0.2])  # mean
     assert [v for _, v in node["mem_used"].points] == [2**30, 2 * 2**30, 3 * 2**30]
     assert [v for _, v in node["net_rx"].points] == pytest.approx([1e6, 1e6])
     assert [v for _, v in node["fs_read"].points] == pytest.approx([5e7, 5e7])  # both mounts

@@ -42,6 +42,13 @@ from apps.clusters.adapters.fields import (
     Dialect,
     MetricSpec,
 )
+from apps.clusters.adapters.node_samples import (
+    FS_COUNTERS,
+    NODE_SAMPLES,
+    NODE_UNITS,
+    family_name,
+    node_query,
+)
 from apps.clusters.adapters.promql import (
     Matcher,
     UnsafeValue,
@@ -49,8 +56,6 @@ from apps.clusters.adapters.promql import (
     check_metric,
     check_store,
     counter_call,
-    counter_sum,
-    deduplicated,
     host_of,
     selector,
 )
@@ -59,93 +64,6 @@ from apps.clusters.adapters.promql import (
 GPU_METRICS = DCGM_METRICS
 __all__ = ["ACTIVITY_FALLBACK", "GPU_METRICS", "JOB_MEASURES", "Catalogue", "CatalogueError",
            "Dialect", "MetricSpec", "group_by_gpu", "windowed"]
-
-# Node series (node_exporter): measure -> unit. The PromQL comes from NODE_SAMPLES below
-# (:func:`node_query`), so the Prometheus and the raw-sample paths read the same families
-# the same way; values are per node, shared by every job there.
-NODE_UNITS: dict[str, str] = {
-    "cpu_busy": "ratio", "mem_used": "B", "net_rx": "B/s", "net_tx": "B/s", "ib_rx": "B/s",
-    "ib_tx": "B/s", "ib_wait": "ticks/s", "ib_errors": "count", "ib_rate_min": "B/s",
-    "ib_rate_max": "B/s", "fs_read": "B/s", "fs_write": "B/s",
-}
-# Network file systems: byte counters summed over a node's mounts (``fs_read``, ``fs_write``
-# in B/s). node_exporter's mountstats collector by default (off unless started with
-# --collector.mountstats); a site with Lustre or GPFS clients names its own counters in
-# ``metric_labels`` (``"file_system": {"read": [...], "write": [...]}``).
-FS_COUNTERS: dict[str, tuple[str, ...]] = {
-    "fs_read": ("node_mountstats_nfs_read_bytes_total",),
-    "fs_write": ("node_mountstats_nfs_write_bytes_total",),
-}
-
-# The same node measures read from raw node_exporter samples (OpenMetrics files):
-# measure -> (families as written, how). ``rate``: a counter's per-second rate summed over
-# devices; ``increase``: the same, summed; ``min``/``max``: a gauge over devices;
-# ``busy``: 1 - the mean over CPUs of the idle counter's rate (``cpu_busy`` above);
-# ``difference``: the first family minus the second per timestamp (``mem_used``).
-NODE_SAMPLES: dict[str, tuple[tuple[str, ...], str]] = {
-    "cpu_busy": (("node_cpu_seconds_total",), "busy"),
-    "mem_used": (("node_memory_MemTotal_bytes", "node_memory_MemAvailable_bytes"),
-                 "difference"),
-    "net_rx": (("node_network_receive_bytes_total",), "rate"),
-    "net_tx": (("node_network_transmit_bytes_total",), "rate"),
-    "ib_rx": (("node_infiniband_port_data_received_bytes_total",), "rate"),
-    "ib_tx": (("node_infiniband_port_data_transmitted_bytes_total",), "rate"),
-    "ib_wait": (("node_infiniband_port_transmit_wait_total",), "rate"),
-    "ib_errors": (("node_infiniband_link_error_recovery_total",
-                   "node_infiniband_link_downed_total"), "increase"),
-    "ib_rate_min": (("node_infiniband_rate_bytes_per_second",), "min"),
-    "ib_rate_max": (("node_infiniband_rate_bytes_per_second",), "max"),
-}
-# The label matchers of the node measures (both paths): family -> (label, "=" or "!=",
-# value). Only idle CPU time counts for ``busy``; the loopback device is not traffic.
-NODE_SAMPLE_MATCHERS: dict[str, tuple[str, str, str]] = {
-    "node_cpu_seconds_total": ("mode", "=", "idle"),
-    "node_network_receive_bytes_total": ("device", "!=", "lo"),
-    "node_network_transmit_bytes_total": ("device", "!=", "lo"),
-}
-
-
-def node_query(how: str, families: Sequence[str], node: str, sel: Sequence[Matcher],
-               window: str | float, store: str = "prometheus") -> str:
-    """The PromQL of one node measure over the matchers ``sel``, grouped by ``node``.
-
-    Counters (``rate``, ``increase``, ``busy``) go through ``promql.counter_sum``: one
-    selector per name (rate() drops the name, and the received and transmitted series
-    of a port share every other label), a target scraped twice counted once.
-    ``window`` in seconds is read as Prometheus reads it, on ``store``
-    (``promql.counter_call``).
-    """
-    def matchers(family: str) -> list[Matcher]:
-        rule = NODE_SAMPLE_MATCHERS.get(family)
-        return [*sel, Matcher.from_tuple(rule)] if rule else list(sel)
-
-    if how in ("rate", "increase"):
-        if len({tuple(matchers(f)) for f in families}) != 1:
-            raise ValueError("the families of one measure must share their matchers")
-        return counter_sum(families, matchers(families[0]), window, [node], fn=how,
-                           store=store)
-    if how == "busy":
-        (family,) = families
-        idle = counter_sum([family], matchers(family), window, [node, "cpu"], store=store)
-        return f"1 - avg by ({node}) ({idle})"
-    if how == "difference":
-        total, available = families
-        return (f"max by ({node}) ({deduplicated(selector(total, *matchers(total)))} - "
-                f"{deduplicated(selector(available, *matchers(available)))})")
-    if how in ("min", "max"):
-        (family,) = families
-        return f"{how} by ({node}) ({selector(family, *matchers(family))})"
-    raise ValueError(f"unknown node measure kind {how!r}")
-
-
-def node_sample_wanted(family: str, labels: Mapping[str, str]) -> bool:
-    """Whether a raw node_exporter sample of ``family`` enters its measure."""
-    matcher = NODE_SAMPLE_MATCHERS.get(family)
-    if matcher is None:
-        return True
-    label, op, value = matcher
-    return (labels.get(label, "") == value) is (op == "=")
-
 
 class CatalogueError(ValueError):
     """``Cluster.metric_labels`` holds something unusable; the message names the key."""
@@ -244,9 +162,17 @@ class Catalogue:
 
     @cached_property
     def node_families(self) -> dict[str, str]:
-        """node_exporter family (as written) -> the node measure it enters."""
+        """node_exporter family key (NODE_SAMPLE_MATCHERS) -> the node measure it enters."""
         return {family: measure for measure, (families, _) in self.node_samples.items()
                 for family in families}
+
+    @cached_property
+    def node_keys(self) -> dict[str, tuple[str, ...]]:
+        """Metric name (as written) -> the family keys it may enter (CPU time: two modes)."""
+        keys: dict[str, tuple[str, ...]] = {}
+        for key in self.node_families:
+            keys[family_name(key)] = (*keys.get(family_name(key), ()), key)
+        return keys
 
     def measure_of(self, metric_name: str) -> str | None:
         """Which measure an exporter series name (or an older alias) stands for."""

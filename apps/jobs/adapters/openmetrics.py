@@ -25,11 +25,8 @@ from apps.analysis.timeseries import (
     combine,
     counter_rate,
 )
-from apps.clusters.adapters.catalogue import (
-    Catalogue,
-    group_by_gpu,
-    node_sample_wanted,
-)
+from apps.clusters.adapters.catalogue import Catalogue, group_by_gpu
+from apps.clusters.adapters.node_samples import node_sample_wanted
 from apps.clusters.adapters.promql import host_of
 from apps.core.errors import AdapterError
 
@@ -315,15 +312,15 @@ def jobs_series(lines: Iterable[str], catalogue: Catalogue,
     the node series of the hosts its GPUs are on. Memory grows with the kept samples.
     """
     labelled = {r.job_id: r for r in requests if r.by_label}
-    node_families = catalogue.node_families
+    node_keys = catalogue.node_keys
     held: dict[GpuKey, list[tuple[JobRequest, float, float]]] = {}
     for r in requests:
         for key, start, end in r.held:
             held.setdefault(key, []).append((r, start, end))
 
     def keep(name: str, labels: dict[str, str]) -> bool:
-        if name in node_families:
-            return node_sample_wanted(name, labels)
+        if name in node_keys:
+            return any(node_sample_wanted(key, labels) for key in node_keys[name])
         if catalogue.measure_of(name) is None:
             return False
         series = Series(name, labels)
@@ -333,9 +330,12 @@ def jobs_series(lines: Iterable[str], catalogue: Catalogue,
     found_by_label: set[str] = set()
     node_raw: dict[tuple[str, str], list[tuple[str, tuple[Point, ...]]]] = {}
     for series in read_series(lines, keep):
-        if series.metric in node_families:
+        if series.metric in node_keys:
             host = host_of(series.labels.get(catalogue.node_label, ""))
-            node_raw.setdefault((host, series.metric), []).append((series.metric, series.points))
+            for family in node_keys[series.metric]:  # CPU time: the mode picks the measure
+                if node_sample_wanted(family, series.labels):
+                    node_raw.setdefault((host, family), []).append(
+                        (series.metric, series.points))
         else:
             _assign(series, catalogue, labelled, held, pairs, found_by_label)
     return {r.job_id: _job_result(r, pairs[r.job_id], node_raw, catalogue,
@@ -397,6 +397,8 @@ def _node_combined(by_family: list[list[tuple[Point, ...]]], how: str) -> tuple[
     if how == "busy":  # 1 - mean idle rate over CPUs (each CPU's idle seconds per second)
         idle = combine([counter_rate(p) for p in by_family[0]], "mean")
         return tuple((t, 1.0 - v) for t, v in idle)
+    if how == "mean_rate":  # mean over CPUs of each CPU's seconds per second in one mode
+        return combine([counter_rate(p) for p in by_family[0]], "mean")
     if how == "difference":  # MemTotal - MemAvailable, where both were scraped
         if len(by_family) != 2 or not all(by_family):
             return ()

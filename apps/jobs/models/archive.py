@@ -252,6 +252,9 @@ class JobNodeMetrics(models.Model):
     host = models.CharField(max_length=128)
     cpu_busy = models.FloatField(null=True, blank=True,
                                  help_text="mean share of the node's CPU time not idle")
+    cpu_iowait = models.FloatField(null=True, blank=True,
+                                   help_text="mean share of the node's CPU time in I/O wait "
+                                             "(idle with disk I/O outstanding)")
     mem_used_bytes = models.FloatField(null=True, blank=True,
                                        help_text="peak memory in use (MemTotal - MemAvailable)")
     ib_tx_bps = models.FloatField(null=True, blank=True)
