@@ -69,13 +69,15 @@ def family_name(key: str) -> str:
 
 
 def node_query(how: str, families: Sequence[str], node: str, sel: Sequence[Matcher],
-               window: str) -> str:
+               window: str | float, store: str = "prometheus") -> str:
     """The PromQL of one node measure over the matchers ``sel``, grouped by ``node``.
 
     ``families`` are family keys (NODE_SAMPLE_MATCHERS). Counters (``rate``, ``increase``,
     ``busy``, ``mean_rate``) go through ``promql.counter_sum``: one
     selector per name (rate() drops the name, and the received and transmitted series
     of a port share every other label), a target scraped twice counted once.
+    ``window`` in seconds is read as Prometheus reads it, on ``store``
+    (``promql.counter_call``).
     """
     def matchers(family: str) -> list[Matcher]:
         rule = NODE_SAMPLE_MATCHERS.get(family)
@@ -85,10 +87,11 @@ def node_query(how: str, families: Sequence[str], node: str, sel: Sequence[Match
         if len({tuple(matchers(f)) for f in families}) != 1:
             raise ValueError("the families of one measure must share their matchers")
         return counter_sum([family_name(f) for f in families], matchers(families[0]), window,
-                           [node], fn=how)
+                           [node], fn=how, store=store)
     if how in ("busy", "mean_rate"):
         (family,) = families
-        per_cpu = counter_sum([family_name(family)], matchers(family), window, [node, "cpu"])
+        per_cpu = counter_sum([family_name(family)], matchers(family), window, [node, "cpu"],
+                              store=store)
         mean = f"avg by ({node}) ({per_cpu})"
         return f"1 - {mean}" if how == "busy" else mean
     if how == "difference":
