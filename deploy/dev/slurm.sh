@@ -750,11 +750,26 @@ maybe_submit_samples() {
   fi
 }
 
+# The 26.05 ports (36817-37006) lie inside Linux's ephemeral range (32768-60999): any outgoing
+# connection may be given one as its local port, and a daemon then cannot bind it ("Unable to
+# bind socket: Address already in use", seen in CI on slurmrestd's 36820). Reserving them keeps
+# the kernel from handing them out; an explicit bind still works. Idempotent; kept until reboot.
+reserve_ports() {
+  local file=/proc/sys/net/ipv4/ip_local_reserved_ports low mine have
+  [ -w "$file" ] || return 0
+  low=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range)
+  mine="$CTLD_PORT,$DBD_PORT,$RESTD_PORT,$((SLURMD_PORT0 + 1))-$((SLURMD_PORT0 + NODES + 1))"
+  [ "$CTLD_PORT" -ge "$low" ] || [ "$((SLURMD_PORT0 + NODES + 1))" -ge "$low" ] || return 0
+  have=$(cat "$file")
+  echo "${have:+$have,}$mine" > "$file"
+}
+
 cmd_up() {
   [ "$(id -u)" = 0 ] || die "run as root"
   local t0 t
   t0=$(ms)
   say "packages";                install_packages
+  reserve_ports
   prepare_dirs
   say "munged";                  start_munge
   say "mariadb";                 start_mariadb
