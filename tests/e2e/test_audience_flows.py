@@ -22,6 +22,11 @@ def _rows(page, selector: str = "table.table tbody tr"):
     return page.locator(selector)
 
 
+def _first_text(row) -> str:
+    """A table row's first non-empty cell (the job list starts with a tick box)."""
+    return next(cell.strip() for cell in row.inner_text().split("\t") if cell.strip())
+
+
 # --- My team (a lead) ---------------------------------------------------------------------------
 
 
@@ -52,7 +57,8 @@ def test_a_lead_walks_my_team_filters_the_team_jobs_and_sees_the_usage_chart(
     page.fill("input[name=q]", "101")
     page.click("form.filters button[type=submit]")
     page.wait_for_url("**q=101**")
-    assert [r.inner_text().split("\t")[0].strip() for r in _rows(page).all()] == ["101"]
+    # the job list's first column is the comparison tick box: the id is the first text
+    assert [_first_text(r) for r in _rows(page).all()] == ["101"]
 
     page.click("nav.mainnav >> text=GPU-hours")
     page.wait_for_url(f"{live_server.url}/chargeback/")
