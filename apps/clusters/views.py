@@ -28,14 +28,19 @@ class ClusterListView(ActionRequiredMixin, ListView):
             node_total=Count("nodes"), gpu_total=Sum("nodes__gpu_count"))
 
 
-class ClusterDetailView(ActionRequiredMixin, DetailView):
-    template_name = "clusters/detail.html"
+class _ClusterPage(ActionRequiredMixin, DetailView):
+    """A page about one cluster the user may see, by its name in the URL (404 otherwise)."""
+
     slug_field = "name"
     slug_url_kwarg = "name"
     context_object_name = "cluster"
 
     def get_queryset(self) -> QuerySet[Cluster]:
         return Cluster.objects.visible_to(self.request.user)
+
+
+class ClusterDetailView(_ClusterPage):
+    template_name = "clusters/detail.html"
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
@@ -71,17 +76,11 @@ def poll_seconds() -> int:
     return max(5, int(float(entry.get("schedule", 30))))
 
 
-class ClusterLiveView(ActionRequiredMixin, DetailView):
+class ClusterLiveView(_ClusterPage):
     """GPUs by node coloured by state, partitions' free GPUs, reservations, QOS limits and
     the pending queue, from stored data (``live_view``); ``live.js`` polls the partial."""
 
     template_name = "clusters/live.html"
-    slug_field = "name"
-    slug_url_kwarg = "name"
-    context_object_name = "cluster"
-
-    def get_queryset(self) -> QuerySet[Cluster]:
-        return Cluster.objects.visible_to(self.request.user)
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
