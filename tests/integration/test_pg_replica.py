@@ -38,11 +38,7 @@ from apps.jobs.models import Job
 from tests.integration.redis_server import free_port
 from tests.integration.services import require
 
-# serialized_rollback: the flush after a transactional test empties the rows the data
-# migrations wrote (rules, SLO ending rules); restored, so a later test on the same xdist
-# worker still finds them (CI on 2026-12-07: 60 tests on one worker missed them)
-pytestmark = [pytest.mark.integration("postgres"),
-              pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+pytestmark = [pytest.mark.integration("postgres"), pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "deploy" / "dev" / "pg-replica.sh"
 
