@@ -33,9 +33,13 @@ def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
     return LaneScheduling(config, log)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     if not items and os.environ.get("CI") == "true":
         raise pytest.UsageError("no tests collected: refusing to pass under CI")
+    from tests.xdist_lanes import restore_db_order
+
+    restore_db_order(items)
 
 
 @pytest.hookimpl(hookwrapper=True)

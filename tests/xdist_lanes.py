@@ -101,6 +101,30 @@ class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is unt
             self._assign_work_unit(node)
 
 
+def db_order(item: Any) -> int:
+    """pytest-django's rank of a test: 0 plain database test, 1 transactional, 2 no database."""
+    marker = item.get_closest_marker("django_db")
+    fixtures = getattr(item, "fixturenames", ())
+    transactional = ("transactional_db" in fixtures or "live_server" in fixtures
+                     or (marker is not None and (marker.kwargs.get("transaction", False)
+                                                 or marker.kwargs.get("reset_sequences", False))))
+    if transactional:
+        return 1
+    return 0 if marker is not None or "db" in fixtures else 2
+
+
+def restore_db_order(items: list[Any]) -> None:
+    """Put pytest-django's order back after pytest's own reordering (a stable sort).
+
+    pytest-django sorts first (tryfirst); pytest then groups the tests that share a
+    session-scoped parameter, such as pytest-playwright's ``[chromium]``, next to the first of
+    them. A plain test that asked for a fixture named like a playwright one pulled every
+    transactional browser test into the middle of the plain ones, and their flush emptied the
+    data migrations' rows under the plain tests that ran after them on that worker (CI: 60
+    failures on one worker, none where Chromium was missing)."""
+    items.sort(key=db_order)
+
+
 def is_lane(scope: str) -> bool:
     return scope in (SERVICES, VICTORIA_METRICS) or scope.startswith("slurm-")
 

@@ -47,8 +47,8 @@ def _write(path: Path, vendor: str, fields: dict[str, float], job: int, start: f
 
 
 @pytest.fixture
-def page(world, login, tmp_path):
-    """``page(vendor, fields, model)``: an archived job's page and detail API as bob sees it."""
+def roofline_page(world, login, tmp_path):
+    """``roofline_page(vendor, fields, model)``: an archived job's page and API as bob sees it."""
     cluster = world.cluster
     counter = iter(range(500, 600))
 
@@ -72,8 +72,8 @@ def page(world, login, tmp_path):
     return _page
 
 
-def test_an_h100_job_with_every_pipe_is_placed_per_gpu(page):
-    html, api = page("dcgm", FULL_DCGM)
+def test_an_h100_job_with_every_pipe_is_placed_per_gpu(roofline_page):
+    html, api = roofline_page("dcgm", FULL_DCGM)
     assert api["status"] == "ready" and api["model"] == H100
     assert api["peaks"]["key"] == "h100-sxm" and api["missing_fields"] == []
     peaks = BY_KEY["h100-sxm"]
@@ -88,8 +88,8 @@ def test_an_h100_job_with_every_pipe_is_placed_per_gpu(page):
     assert "NVIDIA H100 SXM5 80 GB" in html and f"{flops / 1e12:.1f}" in html
 
 
-def test_dcgm_default_counters_draw_the_tensor_pipe_and_name_the_others(page):
-    html, api = page("dcgm", DEFAULT_COUNTERS)
+def test_dcgm_default_counters_draw_the_tensor_pipe_and_name_the_others(roofline_page):
+    html, api = roofline_page("dcgm", DEFAULT_COUNTERS)
     assert api["status"] == "ready"
     assert api["uncounted_pipes"] == ["fp16", "fp32", "fp64"]
     assert api["missing_fields"] == ["DCGM_FI_PROF_PIPE_FP16_ACTIVE",
@@ -98,8 +98,8 @@ def test_dcgm_default_counters_draw_the_tensor_pipe_and_name_the_others(page):
     assert 'id="roofline-partial"' in html and "<code>DCGM_FI_PROF_PIPE_FP32_ACTIVE</code>" in html
 
 
-def test_a_job_without_profiling_fields_says_which_would_enable_it(page):
-    html, api = page("dcgm", NO_PROFILING)
+def test_a_job_without_profiling_fields_says_which_would_enable_it(roofline_page):
+    html, api = roofline_page("dcgm", NO_PROFILING)
     assert api["status"] == "no_fields" and api["points"] == [] and api["peaks"] is None
     assert api["missing_fields"] == [
         "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
@@ -111,8 +111,8 @@ def test_a_job_without_profiling_fields_says_which_would_enable_it(page):
     assert "gpu_prof" not in html.split('id="roofline"')[1].split("</section>")[0]
 
 
-def test_an_mi300x_job_is_placed_in_amds_words(page):
-    html, api = page("amd", FULL_AMD, "AMD Instinct MI300X", gpu_types={"mi300x": 2})
+def test_an_mi300x_job_is_placed_in_amds_words(roofline_page):
+    html, api = roofline_page("amd", FULL_AMD, "AMD Instinct MI300X", gpu_types={"mi300x": 2})
     peaks = BY_KEY["mi300x"]
     assert api["status"] == "ready" and api["peaks"]["key"] == "mi300x"
     [point, _] = api["points"]
@@ -122,36 +122,37 @@ def test_an_mi300x_job_is_placed_in_amds_words(page):
     assert "matrix cores (MFMA)" in html and "fig-roofline" in html
 
 
-def test_an_mi300x_job_without_profiler_metrics_names_amds_fields_with_the_sites_prefix(page):
+def test_an_mi300x_job_without_profiler_metrics_names_amds_fields_with_the_sites_prefix(
+        roofline_page):
     labels = {"exporters": ["amd"], "scrape_interval": STEP, "amd": {"prefix": "amd_"}}
-    html, api = page("amd", AMD_NO_PROFILER, "AMD Instinct MI300X", labels=labels)
+    html, api = roofline_page("amd", AMD_NO_PROFILER, "AMD Instinct MI300X", labels=labels)
     assert api["status"] == "no_fields"
     assert api["missing_fields"] == ["amd_gpu_prof_tensor_active_percent",
                                      "amd_gpu_prof_valu_pipe_issue_util"]
     assert "ProfilerMetrics" in html and "DCGM_FI" not in html.split('id="roofline"')[1]
 
 
-def test_an_unknown_model_is_said_not_guessed(page):
-    html, api = page("dcgm", FULL_DCGM, "NVIDIA L40S")
+def test_an_unknown_model_is_said_not_guessed(roofline_page):
+    html, api = roofline_page("dcgm", FULL_DCGM, "NVIDIA L40S")
     assert api["status"] == "unknown_model" and api["points"] == []
     assert "No published peaks are kept for the GPU model 'NVIDIA L40S'" in html
 
 
-def test_without_a_model_label_slurms_gpu_type_names_the_model(page, world):
+def test_without_a_model_label_slurms_gpu_type_names_the_model(roofline_page, world):
     world.cluster.gpu_types = [{"name": "h100", "model": "NVIDIA H100 PCIe"}]
     world.cluster.save()
-    _, api = page("dcgm", FULL_DCGM, model="")
+    _, api = roofline_page("dcgm", FULL_DCGM, model="")
     assert api["status"] == "ready" and api["peaks"]["key"] == "h100-pcie"
     assert api["model"] == "NVIDIA H100 PCIe"
 
 
-def test_a_bare_slurm_type_does_not_say_which_h100_and_is_unknown(page):
-    _, api = page("dcgm", FULL_DCGM, model="")
+def test_a_bare_slurm_type_does_not_say_which_h100_and_is_unknown(roofline_page):
+    _, api = roofline_page("dcgm", FULL_DCGM, model="")
     assert api["status"] == "unknown_model" and api["model"] == "h100"
 
 
-def test_the_polled_partial_shows_the_roofline_too(page, world, login):
-    page("dcgm", FULL_DCGM)
+def test_the_polled_partial_shows_the_roofline_too(roofline_page, world, login):
+    roofline_page("dcgm", FULL_DCGM)
     job = world.cluster.jobs.order_by("-job_id").first()
     url = reverse("jobs-metrics", args=[world.cluster.name, job.job_id])
     assert 'id="roofline"' in login("bob").get(url).content.decode()
