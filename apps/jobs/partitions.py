@@ -13,7 +13,7 @@ tables and everything here is a no-op there. Each table has:
   minus N are detached, a whole table at a time (no row-by-row DELETE, no vacuum debt): once
   ``maintain`` returns, their rows are gone from the archive. The detached tables are dropped
   afterwards by the ``drop_detached_partitions`` task (``drop_detached``), whose DROP frees
-  the files in time that grows with the month's size (issue 29: 2.2 s for 1.5 GB) but locks
+  the files in time that grows with the month's size (issue 29: 1.6 to 2.2 s for 1.5 GB) but locks
   only the detached table, which nobody reads. ``python -m bench archive_drop`` times both.
 
 DDL runs with a short ``lock_timeout``: DETACH and ATTACH wait for the parent's lock, and a
