@@ -27,7 +27,7 @@ from decimal import Decimal
 from typing import Any
 
 from bench.common import Check, Result, cli, database_url, ensure_database, setup_django, stats
-from bench.fill import copy_jobs, fill_once
+from bench.fill import copy_jobs, copy_metrics, fill_once
 
 DB_URL = database_url("chargeback")
 TEAMS, USERS_PER_TEAM = 50, 10
@@ -116,35 +116,25 @@ def _copy_metrics() -> None:
     """An archived split for 70 % of the jobs: fractions drawn per job, like the archive's."""
     from django.db import connection
 
-    from apps.jobs.models import JobMetrics
-
     rng = random.Random(9)
-    fields = [f for f in JobMetrics._meta.concrete_fields if f.attname != "id"]
     with connection.cursor() as cur:
         cur.execute("SELECT id, gpu_equivalent, EXTRACT(EPOCH FROM COALESCE(end_time, %s) "
                     "- start_time) FROM jobs_job", [NOW])
         jobs = cur.fetchall()
-    raw = connection.connection
-    cols = ", ".join(f.column for f in fields)
-    with raw.cursor() as cur, cur.copy(f"COPY jobs_jobmetrics ({cols}) FROM STDIN") as copy:
+
+    def rows() -> Iterator[dict[str, Any]]:
         for pk, gpus, seconds in jobs:
             if rng.random() >= 0.7:
                 continue
-            copy.write_row([_metric_value(f, pk, gpus * float(seconds) / 3600, rng)
-                            for f in fields])
+            hours = gpus * float(seconds) / 3600
+            useful = rng.random()
+            rest = 1 - useful
+            yield {"job_id": pk, "status": "complete", "measure": "sm_active",
+                   "allocated_gpu_hours": hours, "useful_hours": hours * useful,
+                   "waiting_hours": hours * rest * 0.4, "held_idle_hours": hours * rest * 0.4,
+                   "no_process_hours": hours * rest * 0.2, "coverage": 1.0}
 
-
-def _metric_value(field: Any, pk: int, hours: float, rng: random.Random) -> Any:
-    useful = rng.random()
-    rest = 1 - useful
-    values = {"job_id": pk, "status": "complete", "measure": "sm_active",
-              "allocated_gpu_hours": hours, "useful_hours": hours * useful,
-              "waiting_hours": hours * rest * 0.4, "held_idle_hours": hours * rest * 0.4,
-              "no_process_hours": hours * rest * 0.2, "coverage": 1.0}
-    if field.attname in values:
-        return values[field.attname]
-    value = field.get_default()
-    return json.dumps(value) if isinstance(value, dict | list) else value
+    copy_metrics(rows())
 
 
 def _floor() -> list[tuple[Any, ...]]:

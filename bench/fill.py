@@ -4,6 +4,7 @@ matches (``fill_once``). Their jobs differ (each bench writes its own by COPY)."
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -85,3 +86,23 @@ def copy_jobs(rows: Iterable[dict[str, Any]]) -> None:
         for row in rows:
             merged = {**defaults, **row}
             copy.write_row([merged[f.column] for f in fields])
+
+
+def copy_metrics(rows: Iterable[dict[str, Any]]) -> None:
+    """COPY ``rows`` (field name -> value) into ``jobs_jobmetrics`` (archived splits); a
+    field a row leaves out gets its default (JSON defaults as text)."""
+    from django.db import connection
+
+    from apps.jobs.models import JobMetrics
+
+    fields = [f for f in JobMetrics._meta.concrete_fields if f.attname != "id"]
+    defaults = {f.attname: f.get_default() for f in fields}
+    defaults = {k: json.dumps(v) if isinstance(v, dict | list) else v
+                for k, v in defaults.items()}
+    cols = ", ".join(f.column for f in fields)
+    connection.ensure_connection()
+    raw = connection.connection  # psycopg's own connection: COPY is not in Django's API
+    with raw.cursor() as cur, cur.copy(f"COPY jobs_jobmetrics ({cols}) FROM STDIN") as copy:
+        for row in rows:
+            merged = {**defaults, **row}
+            copy.write_row([merged[f.attname] for f in fields])

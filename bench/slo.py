@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bench.common import BenchError, Check, Result, cli, database_url, ensure_database, stats
-from bench.fill import copy_jobs, fill_once
+from bench.fill import copy_jobs, copy_metrics, fill_once
 
 DB_URL = database_url("slo")
 TEAMS, USERS_PER_TEAM = 50, 10
@@ -124,36 +124,24 @@ def _copy_metrics() -> None:
     """An archived split for 70 % of the started jobs, some with a hardware XID."""
     from django.db import connection
 
-    from apps.jobs.models import JobMetrics
-
     rng = random.Random(9)
-    fields = [f for f in JobMetrics._meta.concrete_fields if f.attname != "id"]
     with connection.cursor() as cur:
         cur.execute("SELECT id, gpu_equivalent, EXTRACT(EPOCH FROM COALESCE(end_time, %s) "
                     "- start_time), state FROM jobs_job WHERE start_time IS NOT NULL", [NOW])
         jobs = cur.fetchall()
-    raw = connection.connection
-    cols = ", ".join(f.column for f in fields)
-    with raw.cursor() as cur, cur.copy(f"COPY jobs_jobmetrics ({cols}) FROM STDIN") as copy:
+
+    def rows() -> Iterator[dict[str, Any]]:
         for pk, gpus, seconds, state in jobs:
             if rng.random() >= 0.7:
                 continue
             hours = gpus * float(seconds) / 3600
-            values = {"job_id": pk, "status": "live" if state == "RUNNING" else "complete",
-                      "measure": "sm_active", "allocated_gpu_hours": hours,
-                      "useful_hours": hours * rng.random(), "coverage": 1.0,
-                      "xid_gpus": 1 if state == "FAILED" and rng.random() < 0.2 else 0,
-                      "ecc_dbe": 0}
-            copy.write_row([_value(f, values) for f in fields])
+            yield {"job_id": pk, "status": "live" if state == "RUNNING" else "complete",
+                   "measure": "sm_active", "allocated_gpu_hours": hours,
+                   "useful_hours": hours * rng.random(), "coverage": 1.0,
+                   "xid_gpus": 1 if state == "FAILED" and rng.random() < 0.2 else 0,
+                   "ecc_dbe": 0}
 
-
-def _value(field: Any, values: dict[str, Any]) -> Any:
-    import json
-
-    if field.attname in values:
-        return values[field.attname]
-    value = field.get_default()
-    return json.dumps(value) if isinstance(value, dict | list) else value
+    copy_metrics(rows())
 
 
 # --- The floor: hand-written SQL ----------------------------------------------------------------
