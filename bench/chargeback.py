@@ -21,12 +21,13 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from bench.common import Check, Result, cli, database_url, ensure_database, setup_django, stats
-from bench.fill import migrate, teams_and_users
+from bench.fill import copy_jobs, copy_metrics, fill_once
 
 DB_URL = database_url("chargeback")
 TEAMS, USERS_PER_TEAM = 50, 10
@@ -62,48 +63,29 @@ GROUP BY j.team_id, j.user_name, j.partition, j.gpu_types
 
 
 def _fill(n_jobs: int) -> dict[str, Any]:
-    """Teams, users, jobs and archived splits; reused when the job count already matches."""
-    from django.db import connection
+    """Teams, users, rates, jobs and archived splits; reused when the job count matches."""
+    return fill_once(DB_URL, n_jobs, truncate=(
+        "chargeback_statementline", "chargeback_statement", "chargeback_billingperiod",
+        "chargeback_rate", "jobs_jobmetrics", "jobs_job", "accounts_membership",
+        "accounts_team", "auth_user"), teams=TEAMS, per_team=USERS_PER_TEAM, write=_write)
 
+
+def _write(cluster_id: int, users: list[tuple[Any, Any]], n_jobs: int) -> None:
+    """The rate card (a default and an H100 price), the jobs and their archived splits."""
     from apps.chargeback.models import Rate
-    from apps.clusters.models import Cluster
-    from apps.jobs.models import Job
 
-    migrate(DB_URL)
-    cluster, _ = Cluster.objects.get_or_create(name="bench")
-    if Job.objects.count() == n_jobs:
-        return {"reused": True, "fill_s": 0.0}
-    started = time.perf_counter()
-    with connection.cursor() as cur:
-        cur.execute("TRUNCATE chargeback_statementline, chargeback_statement, "
-                    "chargeback_billingperiod, chargeback_rate, jobs_jobmetrics, jobs_job, "
-                    "accounts_membership, accounts_team, auth_user CASCADE")
-    users = teams_and_users(TEAMS, USERS_PER_TEAM)
     Rate.objects.create(price=Decimal("2.0000"), valid_from=date(2026, 1, 1))
     Rate.objects.create(price=Decimal("3.5000"), gpu_model="h100", valid_from=date(2026, 1, 1))
-    _copy_jobs(cluster.pk, users, n_jobs)
+    _copy_jobs(cluster_id, users, n_jobs)
     _copy_metrics()
-    with connection.cursor() as cur:
-        cur.execute("ANALYZE")
-    return {"reused": False, "fill_s": round(time.perf_counter() - started, 1)}
 
 
 def _copy_jobs(cluster_id: int, users: list[tuple[Any, Any]], n_jobs: int) -> None:
-    from django.db import connection
-
     rng = random.Random(8)
     t0 = LO - timedelta(days=5)
     span = (HI - t0).total_seconds()
-    cols = ("cluster_id, job_id, display_id, array_tasks_pending, name, user_name, user_id, "
-            "account, team_id, partition, qos, work_dir, comment, state, reason, wait_reason, "
-            "exit_code, "
-            "submit_time, start_time, end_time, time_limit_min, nodes, node_count, cpus, "
-            "memory_mb, gpus, gpu_shards, gpu_equivalent, gpu_types, tres_alloc, labels, "
-            "sync_hash, created_at, updated_at")
-    now = datetime.now(UTC)
-    connection.ensure_connection()
-    raw = connection.connection  # psycopg's own connection: COPY is not in Django's API
-    with raw.cursor() as cur, cur.copy(f"COPY jobs_job ({cols}) FROM STDIN") as copy:
+
+    def rows() -> Iterator[dict[str, Any]]:
         for i in range(n_jobs):
             user, team = users[rng.randrange(len(users))]
             start = t0 + timedelta(seconds=rng.random() * span)
@@ -113,49 +95,46 @@ def _copy_jobs(cluster_id: int, users: list[tuple[Any, Any]], n_jobs: int) -> No
             partition, model = rng.choice((("gpu", "h100"), ("gpu", "h100"), ("a100", "a100")))
             gpus = rng.choice((1, 1, 2, 4, 8, 8, 16))
             shards = rng.random() < 0.02
-            types = "{}" if shards else json.dumps({model: gpus})
-            copy.write_row((
-                cluster_id, 2_000_000 + i, str(2_000_000 + i), "", "job", user.username,
-                user.pk, team.slug, team.pk, partition, "normal", "", "",
-                "RUNNING" if running else "COMPLETED", "", "", 0, start - timedelta(minutes=5),
-                start, None if running else end, 4320, "gpu01", max(1, gpus // 8), gpus * 8,
-                gpus * 64000, 0 if shards else gpus, 2 if shards else 0,
-                0.25 if shards else float(gpus), types, "", "{}", "", now, now))
+            yield {
+                "cluster_id": cluster_id, "job_id": 2_000_000 + i,
+                "display_id": str(2_000_000 + i), "name": "job", "user_name": user.username,
+                "user_id": user.pk, "account": team.slug, "team_id": team.pk,
+                "partition": partition, "qos": "normal",
+                "state": "RUNNING" if running else "COMPLETED", "exit_code": 0,
+                "submit_time": start - timedelta(minutes=5), "start_time": start,
+                "end_time": None if running else end, "time_limit_min": 4320,
+                "nodes": "gpu01", "node_count": max(1, gpus // 8), "cpus": gpus * 8,
+                "memory_mb": gpus * 64000, "gpus": 0 if shards else gpus,
+                "gpu_shards": 2 if shards else 0,
+                "gpu_equivalent": 0.25 if shards else float(gpus),
+                "gpu_types": "{}" if shards else json.dumps({model: gpus})}
+
+    copy_jobs(rows())
 
 
 def _copy_metrics() -> None:
     """An archived split for 70 % of the jobs: fractions drawn per job, like the archive's."""
     from django.db import connection
 
-    from apps.jobs.models import JobMetrics
-
     rng = random.Random(9)
-    fields = [f for f in JobMetrics._meta.concrete_fields if f.attname != "id"]
     with connection.cursor() as cur:
         cur.execute("SELECT id, gpu_equivalent, EXTRACT(EPOCH FROM COALESCE(end_time, %s) "
                     "- start_time) FROM jobs_job", [NOW])
         jobs = cur.fetchall()
-    raw = connection.connection
-    cols = ", ".join(f.column for f in fields)
-    with raw.cursor() as cur, cur.copy(f"COPY jobs_jobmetrics ({cols}) FROM STDIN") as copy:
+
+    def rows() -> Iterator[dict[str, Any]]:
         for pk, gpus, seconds in jobs:
             if rng.random() >= 0.7:
                 continue
-            copy.write_row([_metric_value(f, pk, gpus * float(seconds) / 3600, rng)
-                            for f in fields])
+            hours = gpus * float(seconds) / 3600
+            useful = rng.random()
+            rest = 1 - useful
+            yield {"job_id": pk, "status": "complete", "measure": "sm_active",
+                   "allocated_gpu_hours": hours, "useful_hours": hours * useful,
+                   "waiting_hours": hours * rest * 0.4, "held_idle_hours": hours * rest * 0.4,
+                   "no_process_hours": hours * rest * 0.2, "coverage": 1.0}
 
-
-def _metric_value(field: Any, pk: int, hours: float, rng: random.Random) -> Any:
-    useful = rng.random()
-    rest = 1 - useful
-    values = {"job_id": pk, "status": "complete", "measure": "sm_active",
-              "allocated_gpu_hours": hours, "useful_hours": hours * useful,
-              "waiting_hours": hours * rest * 0.4, "held_idle_hours": hours * rest * 0.4,
-              "no_process_hours": hours * rest * 0.2, "coverage": 1.0}
-    if field.attname in values:
-        return values[field.attname]
-    value = field.get_default()
-    return json.dumps(value) if isinstance(value, dict | list) else value
+    copy_metrics(rows())
 
 
 def _floor() -> list[tuple[Any, ...]]:

@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 from bench.common import BenchError, Check, Result, cli, database_url, ensure_database, stats
-from bench.fill import migrate, teams_and_users
+from bench.fill import fill_once
 
 DB_URL = database_url("reports")
 TEAMS, USERS_PER_TEAM = 50, 10
@@ -97,28 +97,11 @@ def _setup(data_dir: str) -> None:
 def _fill(n_jobs: int) -> dict[str, Any]:
     """Teams, users, jobs and archived splits (the SLO bench's); reused when the count
     matches."""
-    from django.contrib.auth.models import User
-    from django.db import connection
+    from bench.slo import write_jobs
 
-    from apps.clusters.models import Cluster
-    from apps.jobs.models import Job
-    from bench.slo import _copy_jobs, _copy_metrics
-
-    migrate(DB_URL)
-    cluster, _ = Cluster.objects.get_or_create(name="bench")
-    if Job.objects.count() == n_jobs:
-        return {"reused": True, "fill_s": 0.0}
-    started = time.perf_counter()
-    with connection.cursor() as cur:
-        cur.execute("TRUNCATE jobs_jobmetrics, jobs_job, accounts_membership, accounts_team, "
-                    "auth_user CASCADE")
-    users = teams_and_users(TEAMS, USERS_PER_TEAM)
-    User.objects.create(username="benchadmin", is_staff=True)
-    _copy_jobs(cluster.pk, users, n_jobs)
-    _copy_metrics()
-    with connection.cursor() as cur:
-        cur.execute("ANALYZE")
-    return {"reused": False, "fill_s": round(time.perf_counter() - started, 1)}
+    return fill_once(DB_URL, n_jobs, truncate=(
+        "jobs_jobmetrics", "jobs_job", "accounts_membership", "accounts_team", "auth_user"),
+        teams=TEAMS, per_team=USERS_PER_TEAM, write=write_jobs)
 
 
 def floor_sql(col: str) -> list[str]:

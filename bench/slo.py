@@ -24,11 +24,12 @@ import random
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bench.common import BenchError, Check, Result, cli, database_url, ensure_database, stats
-from bench.fill import migrate, teams_and_users
+from bench.fill import copy_jobs, copy_metrics, fill_once
 
 DB_URL = database_url("slo")
 TEAMS, USERS_PER_TEAM = 50, 10
@@ -51,29 +52,21 @@ def _setup(data_dir: str) -> None:
 
 def _fill(n_jobs: int) -> dict[str, Any]:
     """Teams, users, jobs and archived splits; reused when the job count already matches."""
-    from django.contrib.auth.models import User
-    from django.db import connection
-
-    from apps.clusters.models import Cluster
-    from apps.jobs.models import Job
-
-    migrate(DB_URL)
-    cluster, _ = Cluster.objects.get_or_create(name="bench")
-    if Job.objects.count() == n_jobs:
-        _default_objectives()
-        return {"reused": True, "fill_s": 0.0}
-    started = time.perf_counter()
-    with connection.cursor() as cur:
-        cur.execute("TRUNCATE slo_scorecard, slo_snapshot, slo_alert, jobs_jobmetrics, jobs_job, "
-                    "accounts_membership, accounts_team, auth_user CASCADE")
-    users = teams_and_users(TEAMS, USERS_PER_TEAM)
-    User.objects.create(username="benchadmin", is_staff=True)
-    _copy_jobs(cluster.pk, users, n_jobs)
-    _copy_metrics()
-    with connection.cursor() as cur:
-        cur.execute("ANALYZE")
+    fill = fill_once(DB_URL, n_jobs, truncate=(
+        "slo_scorecard", "slo_snapshot", "slo_alert", "jobs_jobmetrics", "jobs_job",
+        "accounts_membership", "accounts_team", "auth_user"),
+        teams=TEAMS, per_team=USERS_PER_TEAM, write=write_jobs)
     _default_objectives()
-    return {"reused": False, "fill_s": round(time.perf_counter() - started, 1)}
+    return fill
+
+
+def write_jobs(cluster_id: int, users: list[tuple[Any, Any]], n_jobs: int) -> None:
+    """An admin, ``n_jobs`` jobs of ``users`` and their archived splits (reports' too)."""
+    from django.contrib.auth.models import User
+
+    User.objects.create(username="benchadmin", is_staff=True)
+    _copy_jobs(cluster_id, users, n_jobs)
+    _copy_metrics()
 
 
 def _default_objectives() -> None:
@@ -117,59 +110,38 @@ def _job_row(rng: random.Random, i: int, user: Any, team: Any) -> dict[str, Any]
 
 
 def _copy_jobs(cluster_id: int, users: list[tuple[Any, Any]], n_jobs: int) -> None:
-    from django.db import connection
-
-    from apps.jobs.models import Job
-
     rng = random.Random(7)
-    fields = [f for f in Job._meta.concrete_fields if not f.primary_key]
-    defaults = {f.column: f.get_db_prep_save(f.get_default(), connection) for f in fields}
-    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    stamp = datetime.now(UTC)
-    connection.ensure_connection()
-    raw = connection.connection  # psycopg's own connection: COPY is not in Django's API
-    with raw.cursor() as cur, cur.copy(f"COPY jobs_job ({cols}) FROM STDIN") as copy:
+
+    def rows() -> Iterator[dict[str, Any]]:
         for i in range(n_jobs):
             user, team = users[rng.randrange(len(users))]
-            row = {**defaults, **_job_row(rng, i, user, team), "cluster_id": cluster_id,
-                   "created_at": stamp, "updated_at": stamp}
-            copy.write_row([row[f.column] for f in fields])
+            yield {**_job_row(rng, i, user, team), "cluster_id": cluster_id}
+
+    copy_jobs(rows())
 
 
 def _copy_metrics() -> None:
     """An archived split for 70 % of the started jobs, some with a hardware XID."""
     from django.db import connection
 
-    from apps.jobs.models import JobMetrics
-
     rng = random.Random(9)
-    fields = [f for f in JobMetrics._meta.concrete_fields if f.attname != "id"]
     with connection.cursor() as cur:
         cur.execute("SELECT id, gpu_equivalent, EXTRACT(EPOCH FROM COALESCE(end_time, %s) "
                     "- start_time), state FROM jobs_job WHERE start_time IS NOT NULL", [NOW])
         jobs = cur.fetchall()
-    raw = connection.connection
-    cols = ", ".join(f.column for f in fields)
-    with raw.cursor() as cur, cur.copy(f"COPY jobs_jobmetrics ({cols}) FROM STDIN") as copy:
+
+    def rows() -> Iterator[dict[str, Any]]:
         for pk, gpus, seconds, state in jobs:
             if rng.random() >= 0.7:
                 continue
             hours = gpus * float(seconds) / 3600
-            values = {"job_id": pk, "status": "live" if state == "RUNNING" else "complete",
-                      "measure": "sm_active", "allocated_gpu_hours": hours,
-                      "useful_hours": hours * rng.random(), "coverage": 1.0,
-                      "xid_gpus": 1 if state == "FAILED" and rng.random() < 0.2 else 0,
-                      "ecc_dbe": 0}
-            copy.write_row([_value(f, values) for f in fields])
+            yield {"job_id": pk, "status": "live" if state == "RUNNING" else "complete",
+                   "measure": "sm_active", "allocated_gpu_hours": hours,
+                   "useful_hours": hours * rng.random(), "coverage": 1.0,
+                   "xid_gpus": 1 if state == "FAILED" and rng.random() < 0.2 else 0,
+                   "ecc_dbe": 0}
 
-
-def _value(field: Any, values: dict[str, Any]) -> Any:
-    import json
-
-    if field.attname in values:
-        return values[field.attname]
-    value = field.get_default()
-    return json.dumps(value) if isinstance(value, dict | list) else value
+    copy_metrics(rows())
 
 
 # --- The floor: hand-written SQL ----------------------------------------------------------------

@@ -343,7 +343,8 @@ TASK_KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
     # a job's metrics archived from Prometheus
     "archive": (env_int("TASK_TIME_LIMIT_ARCHIVE", 900, minimum=30), (
         "apps.jobs.tasks.archive_job", "apps.jobs.tasks.archive_pending",
-        "apps.jobs.tasks.maintain_archive_partitions")),
+        "apps.jobs.tasks.maintain_archive_partitions",
+        "apps.jobs.tasks.drop_detached_partitions")),
     # security detection of a cluster; keep it under SECURITY_CLAIM_EXPIRY
     "detection": (env_int("TASK_TIME_LIMIT_DETECTION", 1500, minimum=60), (
         "apps.security.tasks.detect_cluster",)),

@@ -53,6 +53,13 @@ def collect_traces(cluster_id: int) -> None:
 
 @shared_task(**RETRY_DB)
 def maintain_archive_partitions() -> None:
-    """Daily: the archive's coming months' partitions, and retention (a TaskRun per run;
-    ``manage.py archive_partitions`` is its twin)."""
+    """Daily: the archive's coming months' partitions, and retention's detach (a TaskRun
+    per run; ``manage.py archive_partitions`` is its twin); it queues the drop below."""
     partitions.maintain()
+
+
+@shared_task(**RETRY_DB)
+def drop_detached_partitions() -> None:
+    """Drop the month tables retention detached (a TaskRun per run; idempotent: nothing
+    detached, nothing done; ``manage.py archive_partitions --drop-now`` runs it inline)."""
+    partitions.drop_detached()

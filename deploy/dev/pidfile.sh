@@ -1,8 +1,10 @@
-# Sourced by the dev scripts that start a server on loopback (prometheus.sh, node-exporter.sh).
-# They need PIDFILE (where the started pid is kept), LISTEN (host:port, as passed to
-# --web.listen-address, or to the flag LISTEN_FLAG names: victoria-metrics.sh's -httpListenAddr)
-# and NAME (for messages). Never kills by process name: the pid file is
-# trusted only while /proc/<pid>/cmdline still holds our listen address (pid reuse guard).
+# Sourced by the dev scripts that start a server on loopback (prometheus.sh,
+# victoria-metrics.sh, node-exporter.sh). They need PIDFILE (where the started pid is kept),
+# LISTEN (host:port, as passed to --web.listen-address, or to the flag LISTEN_FLAG names:
+# victoria-metrics.sh's -httpListenAddr) and NAME (for messages); `launch` and `wait_ready`
+# also need LOG, SERVER (the server's name in messages) and a `ready` function (the server
+# answers). Never kills by process name: the pid file is trusted only while
+# /proc/<pid>/cmdline still holds our listen address (pid reuse guard).
 
 our_pid() {
   # Prints the pid only if it is alive and still is our server.
@@ -27,5 +29,31 @@ stop() {
     sleep 0.25
   done
   echo "$NAME: pid $pid did not stop within 30 s" >&2
+  return 1
+}
+
+# launch CMD [ARG...]: start the server, keep its pid in PIDFILE, wait until it is ready.
+launch() {
+  mkdir -p "$(dirname "$PIDFILE")" "$(dirname "$LOG")"
+  # setsid: the server outlives this shell and its job control.
+  setsid "$@" </dev/null >"$LOG" 2>&1 &
+  echo $! >"$PIDFILE"
+  wait_ready
+}
+
+wait_ready() {
+  # Watch the pid we started, not its cmdline: between fork and exec the child still shows
+  # this script's cmdline, and reading it then made a healthy start look like an exit (a CI
+  # flake under load). The cmdline guard is for pid files read later (our_pid).
+  local pid
+  pid=$(cat "$PIDFILE" 2>/dev/null || true)
+  for _ in $(seq 1 240); do
+    ready && return 0
+    if [ -z "$pid" ] || ! alive "$pid"; then
+      echo "$NAME: $SERVER exited; see $LOG" >&2; tail -5 "$LOG" >&2; return 1
+    fi
+    sleep 0.5
+  done
+  echo "$NAME: not ready after 120 s; see $LOG" >&2
   return 1
 }

@@ -14,6 +14,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 NAME=prometheus.sh
+SERVER=Prometheus
 # shellcheck source=deploy/dev/pidfile.sh
 . "$ROOT/deploy/dev/pidfile.sh"
 PORT=${PROM_PORT:-9091}
@@ -41,23 +42,6 @@ install_if_missing() {
 
 ready() { curl -fsS -m 2 "$URL/-/ready" >/dev/null 2>&1; }
 
-wait_ready() {
-  # Watch the pid we started, not its cmdline: between fork and exec the child still shows
-  # this script's cmdline, and reading it then made a healthy start look like an exit (a CI
-  # flake under load). The cmdline guard is for pid files read later (our_pid).
-  local pid
-  pid=$(cat "$PIDFILE" 2>/dev/null || true)
-  for _ in $(seq 1 240); do
-    ready && return 0
-    if [ -z "$pid" ] || ! alive "$pid"; then
-      echo "prometheus.sh: Prometheus exited; see $LOG" >&2; tail -5 "$LOG" >&2; return 1
-    fi
-    sleep 0.5
-  done
-  echo "prometheus.sh: not ready after 120 s; see $LOG" >&2
-  return 1
-}
-
 start() {
   if our_pid >/dev/null; then wait_ready; return 0; fi
   if curl -fsS -m 2 "$URL/-/ready" >/dev/null 2>&1; then
@@ -66,16 +50,12 @@ start() {
       return 1
     }
   fi
-  mkdir -p "$DATA" "$RUN"
-  # setsid: the server outlives this shell and its job control.
-  setsid prometheus --config.file="$CONFIG" \
+  mkdir -p "$DATA"
+  launch prometheus --config.file="$CONFIG" \
     --web.listen-address="$LISTEN" \
     --storage.tsdb.path="$DATA" --storage.tsdb.retention.time=400d \
     --web.enable-remote-write-receiver --web.enable-lifecycle --web.enable-admin-api \
-    --query.max-samples=5000000 --query.timeout=30s \
-    </dev/null >"$LOG" 2>&1 &
-  echo $! >"$PIDFILE"
-  wait_ready
+    --query.max-samples=5000000 --query.timeout=30s
 }
 
 stop_other_checkouts() {

@@ -19,6 +19,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 NAME=victoria-metrics.sh
+SERVER=victoria-metrics
 LISTEN_FLAG=-httpListenAddr
 # shellcheck source=deploy/dev/pidfile.sh
 . "$ROOT/deploy/dev/pidfile.sh"
@@ -46,35 +47,17 @@ install_if_missing() {
 
 ready() { curl -fsS -m 2 "$URL/health" >/dev/null 2>&1; }
 
-wait_ready() {
-  local pid
-  pid=$(cat "$PIDFILE" 2>/dev/null || true)
-  for _ in $(seq 1 240); do
-    ready && return 0
-    if [ -z "$pid" ] || ! alive "$pid"; then
-      echo "victoria-metrics.sh: victoria-metrics exited; see $LOG" >&2; tail -5 "$LOG" >&2; return 1
-    fi
-    sleep 0.5
-  done
-  echo "victoria-metrics.sh: not ready after 120 s; see $LOG" >&2
-  return 1
-}
-
 start() {
   if our_pid >/dev/null; then wait_ready; return 0; fi
   if ready; then
     echo "victoria-metrics.sh: $LISTEN is answering but is not ours (no valid $PIDFILE)" >&2
     return 1
   fi
-  mkdir -p "$DATA" "$RUN"
+  mkdir -p "$DATA"
   local scrape=()
   [ -n "${VM_SCRAPE_CONFIG:-}" ] && scrape=(-promscrape.config="$VM_SCRAPE_CONFIG")
-  # setsid: the server outlives this shell and its job control.
-  setsid victoria-metrics -httpListenAddr="$LISTEN" -storageDataPath="$DATA" \
-    -retentionPeriod="${VM_RETENTION:-400d}" "${scrape[@]}" \
-    </dev/null >"$LOG" 2>&1 &
-  echo $! >"$PIDFILE"
-  wait_ready
+  launch victoria-metrics -httpListenAddr="$LISTEN" -storageDataPath="$DATA" \
+    -retentionPeriod="${VM_RETENTION:-400d}" "${scrape[@]}"
 }
 
 import() {

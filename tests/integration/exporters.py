@@ -13,6 +13,8 @@
   ``gpu_id``/``hostname``/``serial_number``/``card_model`` labels, its Slurm integration's
   ``job_id``/``job_user``/``job_partition``, ``gpu_clock`` per clock, XGMI kilobytes per
   link growing with time, an optional site prefix), for the AMD Instinct tests (issue 28).
+- :func:`scraped_site`: node_exporters and dcgm endpoints scraped for a while by the same
+  private Prometheus, whose URL and time span a test's jobs are then read from.
 - :func:`scraping_prometheus`: a private Prometheus (``deploy/dev/prometheus.sh`` with a
   generated ``PROM_CONFIG``) on a free loopback port that scrapes them every second, with
   the site's rules loaded; ``instance`` is relabelled to ``<host>:<port>`` as sites do.
@@ -26,7 +28,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -397,6 +399,36 @@ def scraping_prometheus(targets: Sequence[Target], workdir: Path,
     config.write_text(yaml.safe_dump(prometheus_config(targets, rule_files=rule_files)))
     with private_prometheus(workdir, config) as (url, _env):
         yield url
+
+
+@dataclass(frozen=True)
+class Site:
+    """A private Prometheus (``url``) that scraped a test's nodes from ``t0`` to ``end``."""
+
+    url: str
+    t0: float
+    end: float
+
+
+@contextmanager
+def scraped_site(workdir: Path, nodes: dict[str, SyntheticNode],
+                 dcgm: dict[str, DcgmEndpoint], duration: float) -> Iterator[Site]:
+    """``nodes`` served by node_exporters and ``dcgm`` endpoints (both keyed by host),
+    scraped every second by a private Prometheus for ``duration`` seconds while the nodes'
+    counters tick; yields the site with the Prometheus still up."""
+    with ExitStack() as stack:
+        for endpoint in dcgm.values():
+            stack.enter_context(endpoint)
+        targets = [Target("node", stack.enter_context(node_exporter(node, workdir / "run")),
+                          host, 9100) for host, node in nodes.items()]
+        targets += [Target("dcgm", endpoint.port, host, 9400) for host, endpoint in dcgm.items()]
+        url = stack.enter_context(scraping_prometheus(targets, workdir))
+        t0 = time.time()
+        while (now := time.time()) < t0 + duration:
+            for node in nodes.values():
+                node.tick()
+            time.sleep(0.5)
+        yield Site(url, t0, now)
 
 
 @contextmanager

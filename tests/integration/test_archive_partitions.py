@@ -114,7 +114,8 @@ def test_a_month_without_a_partition_lands_in_the_default_and_maintain_moves_it(
     assert {date(2026, 12, 1), date(2027, 1, 1)} <= have
 
 
-def test_retention_dry_runs_then_drops_whole_months_and_keeps_job_figures(world: Any) -> None:
+def test_retention_dry_runs_then_detaches_whole_months_and_keeps_job_figures(
+        world: Any, django_capture_on_commit_callbacks: Any) -> None:
     old = _job(world, 904, datetime(2025, 3, 1, tzinfo=UTC), datetime(2025, 3, 2, tzinfo=UTC))
     kept = _job(world, 905, datetime(2025, 12, 1, tzinfo=UTC), datetime(2025, 12, 2, tzinfo=UTC))
     for table in partitions.TABLES:
@@ -125,22 +126,56 @@ def test_retention_dry_runs_then_drops_whole_months_and_keeps_job_figures(world:
 
     out = StringIO()
     call_command("archive_partitions", "--dry-run", "--retention-months", "12", stdout=out)
-    assert "would drop jobs_jobmetricsummary_p2025_03" in out.getvalue()
-    assert "would drop jobs_jobnodemetrics_p2025_03" in out.getvalue()
+    assert "would detach and drop jobs_jobmetricsummary_p2025_03" in out.getvalue()
+    assert "would detach and drop jobs_jobnodemetrics_p2025_03" in out.getvalue()
     assert "p2025_12" not in out.getvalue()
     assert JobMetricSummary.objects.filter(job=old).count() == 2  # the dry run changed nothing
 
-    with connection.execute_wrapper(_no_delete):
-        call_command("archive_partitions", "--retention-months", "12", stdout=StringIO())
+    out = StringIO()
+    with connection.execute_wrapper(_no_delete), \
+            django_capture_on_commit_callbacks() as queued:
+        call_command("archive_partitions", "--retention-months", "12", stdout=out)
+    # retention's visible step is done: the month's rows are out of the archive
     assert not JobMetricSummary.objects.filter(job=old).exists()
     assert not JobNodeMetrics.objects.filter(job=old).exists()
     assert JobMetricSummary.objects.filter(job=kept).count() == 2
     assert JobMetrics.objects.filter(job=old).exists()  # the job-level figures stay
     run = TaskRun.objects.filter(kind="archive_partitions").latest("started_at")
-    assert set(run.stats["dropped"]) == {"jobs_jobmetricsummary_p2025_03",
-                                         "jobs_jobnodemetrics_p2025_03"}
+    gone = {"jobs_jobmetricsummary_p2025_03", "jobs_jobnodemetrics_p2025_03"}
+    assert set(run.stats["detached"]) == gone and run.stats["drop_queued"]
+    assert run.stats["detach_s"] > 0
+    assert "detached 2 in" in out.getvalue() and "drop queued" in out.getvalue()
     names = {p.name for t in partitions.TABLES for p in partitions.partitions(t)}
     assert not any("p2025_03" in n for n in names)
+    # ... and the drop is the queued task's, not this run's
+    assert {p.name for t in partitions.TABLES for p in partitions.detached(t)} == gone
+    assert len(queued) == 1
+    queued[0]()
+    assert not any(partitions.detached(t) for t in partitions.TABLES)
+    drop = TaskRun.objects.get(kind="archive_drop")
+    assert drop.status == TaskRun.Status.SUCCEEDED and set(drop.stats["dropped"]) == gone
+
+
+def test_a_run_with_nothing_detached_queues_no_drop_and_the_drop_is_idempotent(
+        django_capture_on_commit_callbacks: Any) -> None:
+    with django_capture_on_commit_callbacks() as queued:
+        run = partitions.maintain(NOW, ahead=0, keep=0)
+    assert run.stats["to_drop"] == [] and not run.stats["drop_queued"] and queued == []
+    first, second = partitions.drop_detached(), partitions.drop_detached()
+    assert first.stats["dropped"] == second.stats["dropped"] == []
+    assert second.status == TaskRun.Status.SUCCEEDED
+
+
+def test_the_command_drops_inline_with_drop_now(
+        world: Any, django_capture_on_commit_callbacks: Any) -> None:
+    partitions.create_month("jobs_jobnodemetrics", date(2024, 2, 1))
+    out = StringIO()
+    with django_capture_on_commit_callbacks() as queued:
+        call_command("archive_partitions", "--retention-months", "12", "--ahead", "0",
+                     "--drop-now", stdout=out)
+    assert queued == []
+    assert "dropped 1 in" in out.getvalue() and "jobs_jobnodemetrics_p2024_02" in out.getvalue()
+    assert partitions.detached("jobs_jobnodemetrics") == []
 
 
 def _no_delete(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
@@ -173,12 +208,32 @@ def test_the_archive_write_path_replaces_a_running_jobs_rows_under_its_end_month
     assert _where(JobNodeMetrics, job) == {"jobs_jobnodemetrics_p2026_11"}
 
 
-def test_a_month_left_detached_by_a_failed_drop_is_dropped_by_the_next_run(world: Any) -> None:
+def test_a_month_left_detached_by_a_failed_drop_is_dropped_by_the_next_run(
+        world: Any, django_capture_on_commit_callbacks: Any) -> None:
     partitions.create_month("jobs_jobnodemetrics", date(2024, 1, 1))
-    with connection.cursor() as cursor:  # a drop that stopped after its DETACH
-        cursor.execute('ALTER TABLE "jobs_jobnodemetrics" DETACH PARTITION '
-                       '"jobs_jobnodemetrics_p2024_01"')
+    job = _job(world, 907, datetime(2024, 1, 5, tzinfo=UTC), datetime(2024, 1, 6, tzinfo=UTC))
+    _archive(job)
+    with django_capture_on_commit_callbacks() as queued:
+        run = partitions.maintain(NOW, ahead=0, keep=1)
+    assert run.stats["detached"] == ["jobs_jobnodemetrics_p2024_01"] and len(queued) == 1
+    with connection.execute_wrapper(_failing_drop), pytest.raises(RuntimeError):
+        queued[0]()  # the background drop fails (say its lock timed out)
+    failed = TaskRun.objects.get(kind="archive_drop")
+    assert failed.status == TaskRun.Status.FAILED and "lock timeout" in failed.error
+    # left detached: out of the archive, waiting for a drop
+    assert not JobNodeMetrics.objects.filter(job=job).exists()
+    assert [p.name for p in partitions.detached("jobs_jobnodemetrics")] == [
+        "jobs_jobnodemetrics_p2024_01"]
+
     todo = partitions.plan(NOW.date(), ahead=0, keep=0)
-    assert [p.name for p in todo.drop] == ["jobs_jobnodemetrics_p2024_01"]
-    partitions.apply(todo)
+    assert [(p.name, p.attached) for p in todo.drop] == [("jobs_jobnodemetrics_p2024_01", False)]
+    with django_capture_on_commit_callbacks(execute=True):
+        run = partitions.maintain(NOW, ahead=0, keep=0)
+    assert run.stats["detached"] == [] and run.stats["to_drop"] == ["jobs_jobnodemetrics_p2024_01"]
     assert partitions.detached("jobs_jobnodemetrics") == []
+
+
+def _failing_drop(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+    if sql.startswith("DROP TABLE"):
+        raise RuntimeError("canceling statement due to lock timeout")
+    return execute(sql, params, many, context)

@@ -13,9 +13,7 @@ Prometheus scraping both every second. Two single-node jobs whose GPUs wait for 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
@@ -23,26 +21,12 @@ import pytest
 from apps.clusters.models import Cluster, Node
 from apps.jobs.archive import archive_job
 from apps.jobs.models import Job, JobMetrics
-from tests.integration.exporters import (
-    DcgmEndpoint,
-    Gpu,
-    SyntheticNode,
-    Target,
-    node_exporter,
-    scraping_prometheus,
-)
+from tests.integration.exporters import DcgmEndpoint, Gpu, Site, SyntheticNode, scraped_site
 
 pytestmark = [pytest.mark.integration("exporters"), pytest.mark.slow]
 DURATION = 40
 IOWAIT = {"io01": 0.35, "io02": 0.01}  # share of each CPU's time in I/O wait
 JOBS = {"io01": "8201", "io02": "8202"}
-
-
-@dataclass(frozen=True)
-class Site:
-    url: str
-    t0: float
-    end: float
 
 
 def _starved(host: str, index: int) -> Gpu:
@@ -59,19 +43,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     for node in nodes.values():
         node.create()
     dcgm = {host: DcgmEndpoint(host, [_starved(host, i) for i in range(2)]) for host in nodes}
-    with dcgm["io01"], dcgm["io02"], \
-            node_exporter(nodes["io01"], work / "run") as ne1, \
-            node_exporter(nodes["io02"], work / "run") as ne2:
-        targets = [Target("node", ne1, "io01", 9100), Target("node", ne2, "io02", 9100),
-                   *(Target("dcgm", endpoint.port, host, 9400)
-                     for host, endpoint in dcgm.items())]
-        with scraping_prometheus(targets, work) as url:
-            t0 = time.time()
-            while (now := time.time()) < t0 + DURATION:
-                for node in nodes.values():
-                    node.tick()
-                time.sleep(0.5)
-            yield Site(url, t0, now)
+    with scraped_site(work, nodes, dcgm, DURATION) as scraped:
+        yield scraped
 
 
 def _when(t: float) -> datetime:

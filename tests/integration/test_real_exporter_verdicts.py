@@ -19,9 +19,7 @@ scraping both every second. Three jobs, each with the verdict it must get:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
@@ -34,26 +32,12 @@ from apps.guardrails.live import StallRules, alert_config
 from apps.guardrails.models import Alert
 from apps.jobs.archive import archive_job
 from apps.jobs.models import Job, JobMetrics
-from tests.integration.exporters import (
-    DcgmEndpoint,
-    Gpu,
-    SyntheticNode,
-    Target,
-    node_exporter,
-    scraping_prometheus,
-)
+from tests.integration.exporters import DcgmEndpoint, Gpu, Site, SyntheticNode, scraped_site
 
 pytestmark = [pytest.mark.integration("exporters"), pytest.mark.slow]
 DURATION = 45
 PCIE_RX = 6.8e9  # per GPU of job 8101, over PCIe: all of it from the network (GPUDirect)
 PORT_RX = PCIE_RX  # per port: 2 ports per node receive what the node's 2 GPUs take
-
-
-@dataclass(frozen=True)
-class Site:
-    url: str
-    t0: float
-    end: float
 
 
 def _waiting(index: int, uuid: str, job: str) -> Gpu:
@@ -93,19 +77,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                                           for i in range(2)]),
             "pp01": DcgmEndpoint("pp01", [_stage(i, heavy=i == 2) for i in range(4)]),
             "un01": DcgmEndpoint("un01", [_unused_pair(i) for i in range(4)])}
-    with dcgm["gd01"], dcgm["gd02"], dcgm["pp01"], dcgm["un01"], \
-            node_exporter(nodes["gd01"], work / "run") as ne1, \
-            node_exporter(nodes["gd02"], work / "run") as ne2:
-        targets = [Target("node", ne1, "gd01", 9100), Target("node", ne2, "gd02", 9100),
-                   *(Target("dcgm", endpoint.port, host, 9400)
-                     for host, endpoint in dcgm.items())]
-        with scraping_prometheus(targets, work) as url:
-            t0 = time.time()
-            while (now := time.time()) < t0 + DURATION:
-                for node in nodes.values():
-                    node.tick()
-                time.sleep(0.5)
-            yield Site(url, t0, now)
+    with scraped_site(work, nodes, dcgm, DURATION) as scraped:
+        yield scraped
 
 
 def _when(t: float) -> datetime:

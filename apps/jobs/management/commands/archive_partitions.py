@@ -1,6 +1,8 @@
 """``manage.py archive_partitions``: the twin of beat's ``maintain_archive_partitions``.
 
-    manage.py archive_partitions                  # create months ahead, apply retention
+    manage.py archive_partitions                  # create months ahead, detach past retention,
+                                                  # queue the drop of what it detached
+    manage.py archive_partitions --drop-now       # ... and drop the detached tables here
     manage.py archive_partitions --dry-run        # say what it would create and drop
     manage.py archive_partitions --list           # every partition, its rows and size
     manage.py archive_partitions --retention-months 12 --dry-run
@@ -22,12 +24,16 @@ from apps.jobs import partitions
 
 
 class Command(BaseCommand):
-    help = "Create the archive's monthly partitions ahead and drop months past retention."
+    help = ("Create the archive's monthly partitions ahead, detach months past retention and "
+            "queue their drop.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--dry-run", action="store_true",
                             help="print what would be created and dropped, change nothing")
         parser.add_argument("--list", action="store_true", help="list the partitions")
+        parser.add_argument("--drop-now", action="store_true",
+                            help="drop the detached months here instead of queueing the "
+                                 "drop_detached_partitions task")
         parser.add_argument("--ahead", type=int, default=None,
                             help="months ahead (default ARCHIVE_PARTITIONS_AHEAD)")
         parser.add_argument("--retention-months", type=int, default=None,
@@ -51,12 +57,32 @@ class Command(BaseCommand):
             for line in todo.lines():
                 self.stdout.write(f"would {line}" if line != "nothing to do" else line)
         else:
-            run = partitions.maintain(ahead=ahead, keep=keep)
-            if run.status != TaskRun.Status.SUCCEEDED:
-                raise CommandError(run.error)
-            self.stdout.write(f"created {len(run.stats['created'])}, dropped "
-                              f"{len(run.stats['dropped'])}: "
-                              f"{', '.join(run.stats['created'] + run.stats['dropped']) or '-'}")
+            self._maintain(ahead, keep, drop_now=opts["drop_now"])
+
+    def _maintain(self, ahead: int, keep: int, drop_now: bool) -> None:
+        run = partitions.maintain(ahead=ahead, keep=keep, queue_drop=not drop_now)
+        if run.status != TaskRun.Status.SUCCEEDED:
+            raise CommandError(run.error)
+        stats = run.stats
+        self.stdout.write(f"created {len(stats['created'])}: "
+                          f"{', '.join(stats['created']) or '-'}")
+        self.stdout.write(f"detached {len(stats['detached'])} in "
+                          f"{stats['detach_s'] * 1000:,.0f} ms "
+                          f"({stats['detached_bytes'] / 1e6:,.1f} MB out of the archive): "
+                          f"{', '.join(stats['detached']) or '-'}")
+        if not stats["to_drop"]:
+            return
+        if not drop_now:
+            where = ("ran in this process: no broker" if settings.CELERY_TASK_ALWAYS_EAGER
+                     else "the drop_detached_partitions task, a TaskRun of kind archive_drop")
+            self.stdout.write(f"drop queued ({where}): {', '.join(stats['to_drop'])}")
+            return
+        dropped = partitions.drop_detached()
+        if dropped.status != TaskRun.Status.SUCCEEDED:
+            raise CommandError(f"the drop failed, the tables stay detached: {dropped.error}")
+        self.stdout.write(f"dropped {len(dropped.stats['dropped'])} in "
+                          f"{dropped.stats['drop_s'] * 1000:,.0f} ms: "
+                          f"{', '.join(dropped.stats['dropped'])}")
 
     def _list(self) -> None:
         for table in partitions.TABLES:
@@ -64,3 +90,6 @@ class Command(BaseCommand):
                 month = "default" if p.month is None else f"{p.month:%Y-%m}"
                 self.stdout.write(f"{p.name:45} {month:8} ~{max(p.rows, 0):>12,} rows "
                                   f"{p.bytes / 1e6:>10,.1f} MB")
+            for p in partitions.detached(table):  # out of the archive, not yet dropped
+                self.stdout.write(f"{p.name:45} {p.month:%Y-%m} ~{max(p.rows, 0):>12,} rows "
+                                  f"{p.bytes / 1e6:>10,.1f} MB  detached, to drop")
