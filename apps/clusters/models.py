@@ -245,7 +245,8 @@ class TelemetryStore(TimeStampedModel):
             raise ValidationError("A store must claim some nodes: give host globs or "
                                   "partitions")
         if self.name == "default":
-            raise ValidationError({"name": '"default" names the cluster\'s own Prometheus'})
+            raise ValidationError({"name": '"default" stands for the Prometheus URL of the '
+                                           'cluster itself'})
 
 
 class Partition(TimeStampedModel):
