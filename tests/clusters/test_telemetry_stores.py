@@ -42,11 +42,12 @@ class FakeStore:
 
     def __init__(self, url: str, hosts: tuple[str, ...], value: float, job: str) -> None:
         self.base_url, self.hosts, self.value, self.job = url, hosts, value, job
-        self.down, self.asked = False, 0
+        self.down, self.asked, self.queries = False, 0, []
 
     def query_range(self, expr: str, start: float, end: float, step: float,
                     **kw: object) -> QueryResult:
         self.asked += 1
+        self.queries.append(expr)
         if self.down:
             raise TransientAdapterError(f"cannot reach Prometheus at {self.base_url}",
                                         service="prometheus")
@@ -185,7 +186,7 @@ def test_a_store_down_leaves_its_nodes_not_checked_and_the_run_partial(split, tw
 
 def test_every_store_down_fails_the_archive(split, two_node_job):
     split[A].down = split[B].down = True
-    with pytest.raises(AdapterError, match="telemetry store a failed.*default failed"):
+    with pytest.raises(AdapterError, match=r"telemetry store a failed.*default failed"):
         job_services.archive_job(two_node_job)
     assert TaskRun.objects.get(kind="archive_job").status == TaskRun.Status.FAILED
 
@@ -197,6 +198,14 @@ def test_nodes_no_store_claims_without_a_default_are_not_checked(split, two_node
     assert set(_means(two_node_job)) == {("gpu01", 0), ("gpu01", 1)}
     assert "no store claims these nodes" in metrics.warnings[0]
     assert metrics.warnings[0].endswith("1 node not checked: gpu02")
+
+
+def test_each_store_is_asked_in_its_own_query_engine(split, two_node_job):
+    TelemetryStore.objects.filter(name="a").update(kind="victoriametrics")
+    archive.archive_job(two_node_job)
+    # counters read as Prometheus reads them, written for VictoriaMetrics (promql.counter_call)
+    assert any("increase_prometheus" in q for q in split[A].queries)
+    assert not any("increase_prometheus" in q for q in split[B].queries)
 
 
 def test_a_store_claims_nodes_by_partition(split, two_node_job, world):
