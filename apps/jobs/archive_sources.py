@@ -82,8 +82,9 @@ class StoresSource:
         hosts = set(self.nodes) | {i.host for i in intervals}
         routes = route(hosts, self.stores.routes, self.stores.partitions)
         found = self.stores.by_name()
-        calls = {name: self._call(found[name], job_id, window, intervals)
-                 for name in routes if name in found}
+        # nodes not known (no node list, no held GPUs): every store is asked, by label
+        asked = [name for name in routes if name in found] if hosts else list(found)
+        calls = {name: self._call(found[name], job_id, window, intervals) for name in asked}
         answers, failed = cluster_stores.fan_out(calls)
         failed.update(cluster_stores.missing_default(routes, self.stores))
         notes = coverage(routes, failed).notes()

@@ -184,6 +184,14 @@ def test_a_store_down_leaves_its_nodes_not_checked_and_the_run_partial(split, tw
     assert "1 node not checked: gpu01" in page
 
 
+def test_a_job_whose_nodes_are_not_known_is_asked_of_every_store(split, two_node_job):
+    Job.objects.filter(pk=two_node_job.pk).update(nodes="")
+    two_node_job.refresh_from_db()
+    metrics = archive.archive_job(two_node_job)
+    assert set(_means(two_node_job)) == {("gpu01", 0), ("gpu01", 1), ("gpu02", 0), ("gpu02", 1)}
+    assert _means(two_node_job)[("gpu01", 0)] == pytest.approx(50) and not metrics.warnings
+
+
 def test_every_store_down_fails_the_archive(split, two_node_job):
     split[A].down = split[B].down = True
     with pytest.raises(AdapterError, match=r"telemetry store a failed.*default failed"):
