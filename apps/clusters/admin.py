@@ -1,10 +1,19 @@
 from django.contrib import admin
 
-from apps.clusters.models import Cluster, Node, Partition, SlurmAccount
+from apps.clusters.models import Cluster, Node, Partition, SlurmAccount, TelemetryStore
+
+
+class TelemetryStoreInline(admin.TabularInline):
+    """The cluster's other stores (issue 29): each claims nodes by host glob or partition."""
+
+    model = TelemetryStore
+    extra = 0
+    fields = ["name", "url", "kind", "hosts", "partitions", "order", "headers"]
 
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
+    inlines = [TelemetryStoreInline]
     list_display = ["name", "display_name", "slurm_backend", "prometheus_url", "is_simulated",
                     "sync_state", "last_sync_ok_at"]
     readonly_fields = ["sync_state", "sync_claimed_at", "sync_watermark", "last_sync_ok_at",

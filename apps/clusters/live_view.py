@@ -197,4 +197,4 @@ def node_view(node: Node, user: Any, now: datetime) -> dict[str, Any]:
     return {"row": row, "running": [j for j in running if j.pk in visible],
             "running_others": sum(1 for j in running if j.pk not in visible),
             "recent": shown_recent, "telemetry": list(telemetry),
-            "prometheus": bool(cluster.metrics_url)}
+            "prometheus": cluster.has_telemetry}

@@ -157,6 +157,12 @@ class Cluster(TimeStampedModel):
         return self.prometheus_url or settings.PROMETHEUS_URL
 
     @property
+    def has_telemetry(self) -> bool:
+        """Whether any store answers for this cluster: its own or the site's Prometheus, or
+        a ``TelemetryStore`` for some of its nodes."""
+        return bool(self.metrics_url) or self.telemetry_stores.exists()
+
+    @property
     def is_stale(self) -> bool:
         """Slurm data is stale when the last job sync failed or is older than STALE_AFTER.
 
@@ -189,6 +195,58 @@ class Cluster(TimeStampedModel):
             if not gpu_type or entry.get("name") == gpu_type:
                 return max(1, int(entry.get("shards_per_gpu", 1)))
         return 1
+
+
+def _validate_names(value: Any) -> None:
+    """A list of non-empty one-line names or globs, e.g. ["gpu-a*", "login01"]."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() and
+                                              v.isprintable() for v in value):
+        raise ValidationError('Give a list of names, e.g. ["gpu-a*", "gpu-b0[1-4]"]')
+
+
+class TelemetryStore(TimeStampedModel):
+    """One more Prometheus-compatible store answering for part of a cluster's nodes
+    (issue 29: sites shard scraping per node group).
+
+    A node belongs to the first store (by ``order``, then name) whose host globs or
+    partitions claim it; nodes no store claims stay with the cluster's own Prometheus URL
+    (the default store). Routing is ``apps/analysis/stores.py``; the fan-out over stores,
+    and what a store that is down leaves not checked, ``apps/clusters/stores.py``.
+    """
+
+    class Kind(models.TextChoices):
+        PROMETHEUS = "prometheus", "Prometheus (or Thanos/Mimir query endpoint)"
+        VICTORIAMETRICS = "victoriametrics", "VictoriaMetrics"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE,
+                                related_name="telemetry_stores")
+    name = models.SlugField(max_length=64, help_text="Short name the pages and runs use")
+    url = models.CharField(max_length=500, validators=[_validate_service_url])
+    headers = models.JSONField(default=dict, blank=True, validators=[_validate_headers],
+                               help_text='Extra HTTP headers, e.g. {"X-Scope-OrgID": "t1"}')
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.PROMETHEUS,
+                            help_text="The query engine (docs/metrics.md, \"Stores\")")
+    hosts = models.JSONField(default=list, blank=True, validators=[_validate_names],
+                             help_text='Host-name globs, e.g. ["gpu-a*", "gpu-b0[1-4]"]')
+    partitions = models.JSONField(default=list, blank=True, validators=[_validate_names],
+                                  help_text='Slurm partitions, e.g. ["inference"]')
+    order = models.PositiveSmallIntegerField(default=0, help_text="Lower claims first")
+
+    class Meta:
+        ordering = ["cluster", "order", "name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"],
+                                               name="telemetry_store_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+    def clean(self) -> None:
+        if not self.hosts and not self.partitions:
+            raise ValidationError("A store must claim some nodes: give host globs or "
+                                  "partitions")
+        if self.name == "default":
+            raise ValidationError({"name": '"default" stands for the Prometheus URL of the '
+                                           'cluster itself'})
 
 
 class Partition(TimeStampedModel):

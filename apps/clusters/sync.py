@@ -208,7 +208,7 @@ def on_jobs_finished(cluster: Cluster, job_pks: list[int]) -> None:
     """
     from apps.jobs.tasks import archive_job  # jobs depends on clusters, not the reverse
 
-    if not cluster.metrics_url:
+    if not cluster.has_telemetry:
         # Nothing to fetch from: a task would only fail (issue 19: a fresh demo opened on
         # 155 failed runs). Archives come from files here (``archive_jobs --openmetrics``).
         logger.info("cluster %s: %d jobs finished, no Prometheus: no archive queued",

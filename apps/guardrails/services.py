@@ -21,14 +21,14 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from apps.analysis.guardrails import AlertConfig
+from apps.analysis.stores import STORE_FAILED
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
-from apps.core.runs import tracked_run
+from apps.core.runs import mark_partial, tracked_run
 from apps.guardrails import policy
 from apps.guardrails.alerts import raise_alerts
 from apps.guardrails.live import StallRules, alert_config, stored_view
@@ -41,8 +41,7 @@ log = logging.getLogger(__name__)
 
 def watched_clusters() -> list[Cluster]:
     """Real clusters whose telemetry can be read live."""
-    return [c for c in Cluster.objects.filter(is_simulated=False)
-            if c.prometheus_url or settings.PROMETHEUS_URL]
+    return [c for c in Cluster.objects.filter(is_simulated=False) if c.has_telemetry]
 
 
 def running_gpu_jobs(clusters: list[Cluster]) -> QuerySet[Job]:
@@ -53,8 +52,15 @@ def running_gpu_jobs(clusters: list[Cluster]) -> QuerySet[Job]:
 
 def check_job(job: Job, now: datetime, stall_rules: StallRules, config: AlertConfig,
               source: Source | None = None) -> dict[str, Any]:
-    """Steps 1 to 3 for one job; what happened, for the run's stats."""
-    archive_job(job, source, now=now)
+    """Steps 1 to 3 for one job; what happened, for the run's stats.
+
+    A job with nodes on a telemetry store that did not answer is not checked this time
+    (issue 29): its missing GPUs would read as idle, and an alert or a policy step taken
+    on them would be a verdict on what was not read."""
+    metrics = archive_job(job, source, now=now)
+    unread = [w for w in metrics.warnings or [] if str(w).startswith(STORE_FAILED)]
+    if unread:
+        return {"measured": False, "alerts": [], "policy": None, "not_checked": unread}
     view = stored_view(job, stall_rules, now)
     if view is None:
         return {"measured": False, "alerts": [], "policy": None}
@@ -73,6 +79,7 @@ def run_checks(now: datetime | None = None, source: Source | None = None,
         stats: dict[str, Any] = {"jobs": 0, "measured": 0, "alerts": 0, "policy": {},
                                  "errors": 0}
         stall_rules, config = StallRules.load(), alert_config()
+        not_checked: list[str] = []
         for job in jobs if jobs is not None else running_gpu_jobs(watched_clusters()):
             stats["jobs"] += 1
             try:
@@ -81,10 +88,14 @@ def run_checks(now: datetime | None = None, source: Source | None = None,
                 stats["errors"] += 1
                 log.warning("guardrails: job %s: telemetry unreadable: %s", job, exc)
                 continue
+            if done.get("not_checked"):
+                not_checked.append(f"job {job}: {'; '.join(done['not_checked'])}")
             stats["measured"] += int(done["measured"])
             stats["alerts"] += len(done["alerts"])
             if done["policy"]:
                 stats["policy"][done["policy"]] = stats["policy"].get(done["policy"], 0) + 1
         stats["sent"] = deliver_pending(now)
+        stats["not_checked"] = len(not_checked)
         run.stats = stats
+        mark_partial(run, not_checked)  # a store down: those jobs were not checked
     return stats

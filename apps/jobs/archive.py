@@ -32,7 +32,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from apps.analysis.efficiency import JobEfficiency, summarise_job
@@ -41,10 +41,11 @@ from apps.analysis.stragglers import GpuSignals, StragglerVerdict, detect
 from apps.analysis.timeseries import GpuKey, Window
 from apps.analysis.vendors import joined
 from apps.clusters.adapters.telemetry import GpuInterval, JobTelemetry
+from apps.clusters.models import TelemetryStore
 from apps.core.batch import forked
 from apps.core.errors import AdapterError
 from apps.jobs import archive_rows
-from apps.jobs.archive_sources import OpenMetricsSource, Source, prometheus_source
+from apps.jobs.archive_sources import OpenMetricsSource, Source, telemetry_source
 from apps.jobs.archive_sources import (  # the archive's sources, as callers know them
     PrometheusSource as PrometheusSource,
 )
@@ -85,7 +86,7 @@ def archive_job(job: Job, source: Source | None = None, *, force: bool = False,
     window = _window(job, now)
     intervals = _intervals(job, window)
     try:
-        source = source or prometheus_source(job.cluster)
+        source = source or telemetry_source(job)
         telemetry = source.fetch(str(job.job_id), window, intervals)
     except AdapterError as exc:
         record_error(job, exc)
@@ -287,14 +288,16 @@ def signals(result: JobEfficiency, health: dict[GpuKey, GpuHealth]) -> list[GpuS
 def pending_job_pks(grace_s: int = 120, lookback_days: int = 14, limit: int = 5000) -> list[int]:
     """Finished jobs with GPUs and no final archive, ended at least ``grace_s`` ago
     (the last scrapes arrive late) and recently enough for Prometheus to still hold them,
-    on clusters that have a Prometheus.
+    on clusters that have a Prometheus or telemetry stores.
 
     A ``partial`` archive (its answer carried warnings) waits ``PARTIAL_RETRY_AFTER``
     between attempts.
     """
     now = timezone.now()
-    jobs = Job.objects.all() if settings.PROMETHEUS_URL else \
-        Job.objects.exclude(cluster__prometheus_url="")  # no source: the task could only fail
+    # no source: the task could only fail
+    stored = TelemetryStore.objects.values("cluster")
+    jobs = Job.objects.all() if settings.PROMETHEUS_URL else Job.objects.filter(
+        Q(cluster__prometheus_url__gt="") | Q(cluster__in=stored))
     return list(
         jobs.exclude(state__in=Job.ACTIVE_STATES)
         .filter(gpu_equivalent__gt=0, start_time__isnull=False,

@@ -13,8 +13,11 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
+from apps.analysis.hostlist import expand as expand_hostlist
+from apps.analysis.stores import coverage, route
 from apps.analysis.timeseries import Series, Window
 from apps.clusters import services as cluster_services
+from apps.clusters import stores as cluster_stores
 from apps.clusters.adapters.catalogue import Catalogue, CatalogueError
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.telemetry import (
@@ -23,12 +26,15 @@ from apps.clusters.adapters.telemetry import (
     fetch_by_host,
     fetch_by_label,
     fetch_nodes,
+    keep_hosts,
+    merged,
     plan,
 )
 from apps.clusters.models import Cluster
 from apps.core.batch import forked_map
 from apps.core.errors import AdapterError
 from apps.jobs.adapters.openmetrics import JobRequest, JobSeries, first_timestamp, jobs_series
+from apps.jobs.models import Job
 
 
 class Source(Protocol):
@@ -55,6 +61,48 @@ class PrometheusSource:
             telemetry = fetch_by_host(self.client, self.catalogue, intervals, window)
         fetch_nodes(self.client, self.catalogue, {k.host for k in telemetry.gpus}, telemetry)
         return telemetry
+
+
+@dataclass
+class StoresSource:
+    """A cluster whose nodes are split over several stores (issue 29 item 2).
+
+    Each store holding some of the job's ``nodes`` is asked in parallel (only for the GPUs
+    it answers for), its answer kept to its own nodes, and the answers merged. A store
+    that fails leaves its nodes not checked: a warning names the store and the nodes, so
+    the page says so and the run ends partial; when every store failed, the fetch fails.
+    """
+
+    stores: cluster_stores.Stores
+    nodes: tuple[str, ...]
+    name: str = "prometheus"
+
+    def fetch(self, job_id: str, window: Window,
+              intervals: Sequence[GpuInterval]) -> JobTelemetry:
+        hosts = set(self.nodes) | {i.host for i in intervals}
+        routes = route(hosts, self.stores.routes, self.stores.partitions)
+        found = self.stores.by_name()
+        # nodes not known (no node list, no held GPUs): every store is asked, by label
+        asked = [name for name in routes if name in found] if hosts else list(found)
+        calls = {name: self._call(found[name], job_id, window, intervals) for name in asked}
+        answers, failed = cluster_stores.fan_out(calls)
+        failed.update(cluster_stores.missing_default(routes, self.stores))
+        notes = coverage(routes, failed).notes()
+        if not answers:
+            raise AdapterError("; ".join(notes) or "no telemetry store answers for the job",
+                               service="prometheus")
+        whole = merged([keep_hosts(answers[name], self._owned(name)) for name in sorted(answers)])
+        whole.warnings[:0] = notes  # first: the page shows the first few warnings
+        return whole
+
+    def _call(self, store: cluster_stores.Store, job_id: str, window: Window,
+              intervals: Sequence[GpuInterval]) -> Any:
+        mine = [i for i in intervals if self.stores.store_of(i.host) == store.name]
+        source = PrometheusSource(store.client, store.catalogue)
+        return lambda: source.fetch(job_id, window, mine)
+
+    def _owned(self, name: str) -> Any:
+        return lambda host: self.stores.store_of(host) == name
 
 
 @dataclass
@@ -222,6 +270,16 @@ def catalogue_for(cluster: Cluster) -> Catalogue:
             "exporters": settings.GPU_EXPORTERS, "amd_prefix": settings.AMD_METRICS_PREFIX})
     except CatalogueError as exc:
         raise AdapterError(f"cluster {cluster.name}: {exc}", service="prometheus") from exc
+
+
+def telemetry_source(job: Job) -> PrometheusSource | StoresSource:
+    """Where ``job``'s live telemetry comes from: its cluster's Prometheus, or, when the
+    cluster has several stores, each store holding some of the job's nodes."""
+    cluster = job.cluster
+    if not cluster_stores.has_several(cluster):
+        return prometheus_source(cluster)
+    nodes = tuple(expand_hostlist(job.nodes)) if job.nodes else ()
+    return StoresSource(cluster_stores.stores_for(cluster, catalogue_for(cluster)), nodes)
 
 
 def prometheus_source(cluster: Cluster) -> PrometheusSource:

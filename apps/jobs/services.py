@@ -53,7 +53,7 @@ def refresh_if_stale(job: Job, metrics: JobMetrics | None) -> Refresh | None:
     to the Platform page (issue 19). For a running job, or one whose archive is missing,
     the answer is then ``NO_SOURCE``: the page says live refresh needs Prometheus.
     """
-    if not job.cluster.metrics_url:
+    if not job.cluster.has_telemetry:
         running = job.start_time is not None and job.is_active
         return Refresh.NO_SOURCE if running or needs_refresh(job, metrics) else None
     return request_refresh(job) if needs_refresh(job, metrics) else None

@@ -53,6 +53,7 @@ from apps.analysis.security_types import (
 from apps.analysis.sshd_log import SshRecord, events
 from apps.analysis.timeseries import Series
 from apps.clusters import services as cluster_services
+from apps.clusters import stores as cluster_stores
 from apps.clusters.adapters.prometheus import PrometheusClient
 from apps.clusters.adapters.slurm import SlurmClient
 from apps.clusters.models import Cluster, Node
@@ -60,7 +61,7 @@ from apps.core.batch import fewer_collections, forked
 from apps.core.errors import AdapterError
 from apps.jobs.archive_sources import catalogue_for
 from apps.jobs.models import Job, JobGpu
-from apps.security import findings, saved_scripts
+from apps.security import findings, saved_scripts, telemetry_stores
 from apps.security.adapters import telemetry
 from apps.security.frames import Grid, build_frame
 from apps.security.models import (
@@ -354,13 +355,19 @@ def _raw_telemetry(cluster: Cluster, catalogue: Any, start: float, end: float,
         if isinstance(sources.raw, AdapterError):
             raise sources.raw
         return sources.raw or telemetry.from_openmetrics(paths, catalogue, start, end)
+    step = max(catalogue.scrape_interval, float(settings.SECURITY_TELEMETRY_MIN_STEP),
+               (end - start) / 2000)
+    if sources.prometheus is None and cluster_stores.has_several(cluster):
+        read = telemetry_stores.from_stores(cluster, catalogue, start, end, step)
+        report.sources["telemetry"] = f"stores {read.asked}"
+        for note in read.coverage.notes():  # its nodes not checked: never clean
+            report.fail(note)
+        return read.raw
     client = sources.prometheus or cluster_services.prometheus_for(cluster)
     if client is None:
         report.sources["telemetry"] = "skipped: no Prometheus URL and no telemetry files"
         report.skip("telemetry: no Prometheus URL and no telemetry files")
         return None
-    step = max(catalogue.scrape_interval, float(settings.SECURITY_TELEMETRY_MIN_STEP),
-               (end - start) / 2000)
     report.sources["telemetry"] = f"prometheus {client.base_url}"
     return telemetry.from_prometheus(client, catalogue, start, end, step)
 

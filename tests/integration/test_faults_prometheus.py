@@ -137,13 +137,14 @@ def test_prometheus_stopped_mid_archive_leaves_the_archive_whole_and_pages_up(se
 
     sessions: list[StopsMidRun] = []
 
-    def source(cluster: Cluster) -> archive.PrometheusSource:
+    def source(job: Job) -> archive.PrometheusSource:
+        cluster = job.cluster
         sessions.append(StopsMidRun(len(JOB_MEASURES), stop))
         return archive.PrometheusSource(PrometheusClient(cluster.prometheus_url, timeout=10,
                                                          session=sessions[-1]),
                                         archive.catalogue_for(cluster))
 
-    monkeypatch.setattr(archive, "prometheus_source", source)
+    monkeypatch.setattr(archive, "telemetry_source", source)
     # Called directly (as a worker runs it): the error a worker's autoretry retries.
     with pytest.raises(TransientAdapterError, match="cannot reach Prometheus") as raised:
         tasks.archive_job(job.pk)

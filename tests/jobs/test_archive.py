@@ -118,7 +118,7 @@ def test_the_task_records_a_run_and_does_not_retry_inline_under_eager(job, monke
     from tests.jobs.fake_telemetry import FakeSource
 
     down = FakeSource(error=TransientAdapterError("cannot reach Prometheus"))
-    monkeypatch.setattr(archive, "prometheus_source", lambda cluster: down)
+    monkeypatch.setattr(archive, "telemetry_source", lambda job: down)
     tasks.archive_job.delay(job.pk)  # eager: must not raise into the caller
     assert down.calls == 1
     run = TaskRun.objects.get(kind="archive_job")
@@ -332,8 +332,8 @@ def test_the_task_run_of_a_refused_measure_is_partial(job, monkeypatch):
     from apps.clusters.adapters.catalogue import Catalogue
 
     prom = RefusingProm("node_infiniband_port_data_received_bytes_total")
-    monkeypatch.setattr(archive, "prometheus_source",
-                        lambda cluster: archive.PrometheusSource(prom, Catalogue()))
+    monkeypatch.setattr(archive, "telemetry_source",
+                        lambda job: archive.PrometheusSource(prom, Catalogue()))
     tasks.archive_job.delay(job.pk)
     run = TaskRun.objects.get(kind="archive_job")
     assert run.status == TaskRun.Status.PARTIAL

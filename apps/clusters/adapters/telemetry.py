@@ -282,3 +282,45 @@ def _inside(grouped: dict[GpuKey, dict[str, Series]], intervals: Sequence[GpuInt
             for m, s in measures.items()
         }
     return kept
+
+
+# --- Several stores (issue 29) ---------------------------------------------------------
+
+
+def keep_hosts(telemetry: JobTelemetry, keep: Callable[[str], bool]) -> JobTelemetry:
+    """``telemetry`` cut to the hosts ``keep`` accepts: a store's answer kept to the nodes
+    it answers for, so two stores that both hold a node do not count it twice."""
+    kept = JobTelemetry(telemetry.plan, telemetry.binding, warnings=list(telemetry.warnings),
+                        peak_samples=telemetry.peak_samples,
+                        failures=list(telemetry.failures))
+    kept.gpus = {k: v for k, v in telemetry.gpus.items() if keep(k.host)}
+    kept.uuids = {k: v for k, v in telemetry.uuids.items() if keep(k.host)}
+    kept.vendors = {k: v for k, v in telemetry.vendors.items() if keep(k.host)}
+    kept.models = {k: v for k, v in telemetry.models.items() if keep(k.host)}
+    kept.nodes = {h: v for h, v in telemetry.nodes.items() if keep(h)}
+    return kept
+
+
+def merged(parts: Sequence[JobTelemetry]) -> JobTelemetry:
+    """One job's telemetry from several stores, each holding other nodes (same plan).
+
+    Bound "by label" when any store found the job's label: a store that fell back to the
+    held GPUs is then left out, as one store holding every node would have read it (the
+    host fallback runs only when no GPU carries the job's label)."""
+    if not parts:
+        raise ValueError("nothing to merge")
+    labelled = [p for p in parts if p.binding == "label" and p.gpus]
+    binding = "label" if labelled else parts[0].binding
+    whole = JobTelemetry(parts[0].plan, binding)
+    for part in parts:
+        if binding == "label" and part.binding != "label" and part.gpus:
+            continue
+        whole.gpus.update(part.gpus)
+        whole.uuids.update(part.uuids)
+        whole.vendors.update(part.vendors)
+        whole.models.update(part.models)
+        whole.nodes.update(part.nodes)
+        whole.warnings += part.warnings
+        whole.failures += part.failures
+        whole.peak_samples = max(whole.peak_samples, part.peak_samples)
+    return whole

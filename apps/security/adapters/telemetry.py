@@ -19,7 +19,7 @@ import calendar
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import pairwise
@@ -234,6 +234,35 @@ def _sum_devices(raw: RawTelemetry) -> None:
             for t, v in points:
                 total[t] += v
         raw.nodes.setdefault(host, {})["ib"] = sorted(total.items())
+
+
+def kept_hosts(raw: RawTelemetry, catalogue: Catalogue, keep: Callable[[str], bool]
+               ) -> RawTelemetry:
+    """``raw`` cut to the hosts ``keep`` accepts: one store's answer kept to the nodes it
+    answers for (issue 29), so a node two stores hold is read once."""
+    def host(series: Series) -> str:
+        key = catalogue.gpu_key(series)
+        return key.host if key is not None else ""
+
+    return RawTelemetry(
+        raw.step, [(m, s) for m, s in raw.gpus if keep(host(s))],
+        {h: v for h, v in raw.nodes.items() if keep(h)},
+        {h: v for h, v in raw.ib_devices.items() if keep(h)},
+        list(raw.warnings), list(raw.failures))
+
+
+def merged_raw(parts: Sequence[RawTelemetry]) -> RawTelemetry:
+    """Several stores' telemetry of the same window and step, each for other nodes."""
+    if not parts:
+        raise ValueError("nothing to merge")
+    whole = RawTelemetry(parts[0].step)
+    for part in parts:
+        whole.gpus += part.gpus
+        whole.nodes.update(part.nodes)
+        whole.ib_devices.update(part.ib_devices)
+        whole.warnings += part.warnings
+        whole.failures += part.failures
+    return whole
 
 
 # --- OpenMetrics files -----------------------------------------------------------------------
