@@ -192,9 +192,16 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     rank reaches ``ceil(q x n)``; None for no values."""
     if not 0 <= q <= 1:
         raise SloError(f"percentile {q} is not in [0, 1]")
-    if not values:
+    return percentile_of_sorted(sorted(values), q)
+
+
+def percentile_of_sorted(ordered: Sequence[float], q: float) -> float | None:
+    """``percentile`` of values already ascending (the queries fetch them sorted: no copy
+    and sort per percentile, which cost a report of 14k groups x 3 percentiles)."""
+    if not 0 <= q <= 1:
+        raise SloError(f"percentile {q} is not in [0, 1]")
+    if not ordered:
         return None
-    ordered = sorted(values)
     return ordered[max(1, math.ceil(q * len(ordered))) - 1]
 
 

@@ -29,7 +29,6 @@ from django.db.models import (
     FloatField,
     Q,
     QuerySet,
-    Sum,
     Value,
 )
 from django.db.models.functions import Coalesce, Greatest, Least, NullIf
@@ -37,7 +36,7 @@ from django.db.models.functions import Coalesce, Greatest, Least, NullIf
 from apps.accounts.models import Team
 from apps.analysis.chargeback import GroupRow, Hours, JobUsage, Split
 from apps.analysis.periods import spread
-from apps.core.sql import Seconds, period_index
+from apps.core.sql import FloatSum, Seconds, period_index
 from apps.jobs.models import Job, JobMetrics
 from apps.jobs.models.jobs import COUNTABLE
 
@@ -122,8 +121,8 @@ def usage_sums(jobs: QuerySet[Job], lo: datetime, hi: datetime, now: datetime,
           .annotate(measured=FilteredRelation("metrics", condition=MEASURED)).annotate(**exprs))
     if edges is None or len(edges) <= 2:
         seconds = gpu_seconds(lo, hi, now)
-        sums = {"allocated": Sum(seconds)}
-        sums |= {part: Sum(seconds * _fraction(part)) for part in parts}
+        sums = {"allocated": FloatSum(seconds)}
+        sums |= {part: FloatSum(seconds * _fraction(part)) for part in parts}
         return [({k: row[k] for k in names}, 0, _hours(row))
                 for row in qs.values(*names).annotate(**sums).order_by()]
     return _period_sums(qs, names, lo, hi, now, edges, parts)
@@ -143,10 +142,10 @@ def _period_sums(qs: QuerySet[Job], names: tuple[str, ...], lo: datetime, hi: da
                      sd=period_index(s0, edges), ed=period_index(e0, edges, end=True))
     weights: dict[str, Any] = {"allocated": F("gpu_equivalent")}
     weights |= {part: F("gpu_equivalent") * _fraction(part) for part in parts}
-    sums: dict[str, Sum] = {}
+    sums: dict[str, FloatSum] = {}
     for name, w in weights.items():
-        sums |= {f"{name}_g": Sum(w), f"{name}_s": Sum(w * F("rs")),
-                 f"{name}_e": Sum(w * F("re"))}
+        sums |= {f"{name}_g": FloatSum(w), f"{name}_s": FloatSum(w * F("rs")),
+                 f"{name}_e": FloatSum(w * F("re"))}
     rel = [(e - lo).total_seconds() for e in edges]
     # per group (its values made hashable: GPU types are dicts), per period, per weight
     out: dict[tuple[Any, ...], tuple[dict[str, Any], dict[int, list[float]]]] = {}

@@ -19,7 +19,7 @@ admins), countable only (each query keeps ``COUNTABLE``), optionally one team's.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any, cast
 
@@ -84,10 +84,16 @@ def _value(dim: str, value: Any) -> Hashable:
 
 def _grouping(dims: Sequence[str], extra: Mapping[str, Any] | None = None) -> queries.Grouping:
     columns = {_col(d): COLUMNS[d]() for d in dims} | dict(extra or {})
+    names = [_col(d) for d in dims]
+    by_period = "g_period" in columns
 
+    # called once per fetched row (~100k a report): the plain columns read as they are
     def key(row: Mapping[str, Any]) -> Hashable:
-        group = tuple(_value(d, row[_col(d)]) for d in dims)
-        return (group, row["g_period"]) if "g_period" in row else group
+        if "gpu_model" in dims:
+            group = tuple(_value(d, row[n]) for d, n in zip(dims, names, strict=True))
+        else:
+            group = tuple([row[n] for n in names])
+        return (group, row["g_period"]) if by_period else group
 
     return queries.Grouping(columns, key, scorecard=False)
 
@@ -139,11 +145,15 @@ def _hours(jobs: QuerySet[Job], dims: Sequence[str], edges: Sequence[datetime],
     """GPU-hours through the statements' GROUP BY; GPU-hours of several models split by
     share as statements price them (``model_shares``)."""
     columns = {_col(d): COLUMNS[d]() for d in dims}
+    names = list(columns)
+    by_model = "gpu_model" in dims
     for values, period, hours in usage_sums(jobs, edges[0], edges[-1], now, columns, edges,
                                             parts=("useful",)):
-        shares = model_shares(values[_col("gpu_model")] or {}) if "gpu_model" in dims \
-            else {None: 1.0}
-        for model, share in shares.items():
+        if not by_model:
+            rp.add_hours(row(tuple([values[n] for n in names]), period), hours.allocated,
+                         hours.useful)
+            continue
+        for model, share in model_shares(values[_col("gpu_model")] or {}).items():
             group = tuple(model if d == "gpu_model" else values[_col(d)] for d in dims)
             rp.add_hours(row(group, period), hours.allocated * share, hours.useful * share)
 
@@ -194,5 +204,6 @@ def _named(rows: list[rp.Row], dims: Sequence[str]) -> list[rp.Row]:
             return "(unknown)"
         return value or "(none)"
 
-    return [replace(r, group=tuple(name(d, v) for d, v in zip(dims, r.group, strict=True)))
-            for r in rows]
+    for r in rows:  # in place: the rows are this report's own (thousands of them)
+        r.group = tuple([name(d, v) for d, v in zip(dims, r.group, strict=True)])
+    return rows

@@ -222,6 +222,16 @@ def test_efficiency_counts_gpu_seconds_prorated_to_the_window(jobs, good, total)
 ])
 def test_percentiles_are_nearest_rank_as_postgresql_computes_them(values, q, expected):
     assert slo.percentile(values, q) == expected
+    # the same answer from the values sorted once (how the queue-wait query reads them)
+    assert slo.percentile_of_sorted(sorted(values), q) == expected
+
+
+@pytest.mark.parametrize("q", [-0.1, 1.5])
+def test_a_percentile_outside_0_to_1_is_refused_sorted_or_not(q):
+    with pytest.raises(slo.SloError, match="not in"):
+        slo.percentile([1.0], q)
+    with pytest.raises(slo.SloError, match="not in"):
+        slo.percentile_of_sorted([1.0], q)
 
 
 @pytest.mark.parametrize(("gpus", "bucket"), [(0.25, "1"), (1, "1"), (2, "2-4"), (8, "5-8"),

@@ -30,6 +30,7 @@ from apps.analysis import slo as maths
 from apps.analysis.periods import spread as _spread
 from apps.analysis.slo import Counts
 from apps.chargeback.usage import MEASURED, Seconds
+from apps.core.sql import FloatSum
 from apps.jobs.models import Job
 from apps.slo.models import Objective
 from apps.slo.queries.common import (
@@ -77,9 +78,10 @@ def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[d
     weights: dict[str, Combinable] = {
         "a": F("gpu_equivalent"), "m": F("gpu_equivalent") * F("meas"),
         "u": F("gpu_equivalent") * F("meas") * F("frac")}
-    sums: dict[str, Sum] = {}
+    sums: dict[str, FloatSum] = {}
     for name, w in weights.items():
-        sums |= {f"{name}g": Sum(w), f"{name}s": Sum(w * F("rs")), f"{name}e": Sum(w * F("re"))}
+        sums |= {f"{name}g": FloatSum(w), f"{name}s": FloatSum(w * F("rs")),
+                 f"{name}e": FloatSum(w * F("re"))}
     rows = (qs.annotate(sd=_day(F("s0"), edges), ed=_day(F("e0"), edges, end=True))
             .values(*grouping.names, "sd", "ed").annotate(**sums).order_by())
     sums_of, allocated = _efficiency_days(grouping, rows, edges, window.start)

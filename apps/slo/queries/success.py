@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import (
     Case,
-    Count,
     F,
     Q,
     QuerySet,
@@ -21,6 +20,7 @@ from django.db.models import (
 from apps.analysis import slo as maths
 from apps.analysis.slo import Counts
 from apps.chargeback.usage import Seconds
+from apps.core.sql import IntCount
 from apps.jobs.models import Job
 from apps.slo.models import Objective
 from apps.slo.queries.common import (
@@ -77,12 +77,12 @@ def job_success(objective: Objective, window: maths.Window, edges: Sequence[date
     ``grouping`` replaces the objective's subjects (the usage reports' groups)."""
     grouping = grouping or by_subject(objective)
     causes = {r.key: r.cause for r in rules} | {maths.UNCLASSIFIED.key: maths.Cause.EXCLUDED}
-    burn = {f"n{s}": Count("pk", filter=Q(end_time__gte=start))
+    burn = {f"n{s}": IntCount("pk", filter=Q(end_time__gte=start))
             for s, start in _burn_starts(window).items()} if grouping.scorecard else {}
     rows: Iterable[Mapping[str, Any]] = (  # Mapping: the burn columns are named at run time
         _endings(objective, window, rules, jobs, grouping)
         .annotate(day=_day(F("end_time"), edges)).values(*grouping.names, "rule", "day")
-        .annotate(n=Count("pk"), **burn).order_by())
+        .annotate(n=IntCount("pk"), **burn).order_by())
     n_days = len(edges) - 1
     # Burn windows are nested (each starts at or before the next shorter one), so a row with
     # nothing in the widest has nothing in any: most rows (days before the last three) skip

@@ -8,8 +8,6 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from django.db.models import (
-    Case,
-    Count,
     F,
     IntegerField,
     Q,
@@ -26,6 +24,7 @@ from apps.analysis import pending
 from apps.analysis import slo as maths
 from apps.analysis.slo import Counts
 from apps.chargeback.usage import Seconds
+from apps.core.sql import IntCase, IntCount
 from apps.jobs.models import Job
 from apps.slo.models import Objective
 from apps.slo.queries.common import (
@@ -57,7 +56,7 @@ def _waits(objective: Objective, window: maths.Window, jobs: QuerySet[Job] | Non
     the percentiles describe: the wait for resources, or for own-limit jobs their whole wait
     (one sort key for both, so each group sorts once)."""
     ready = Coalesce(F("eligible_time"), F("submit_time"))
-    own = Case(When(OWN_Q, then=Value(1)), default=Value(0), output_field=IntegerField())
+    own = IntCase(When(OWN_Q, then=Value(1)), default=Value(0), output_field=IntegerField())
     return (population(objective, jobs, grouping)
             .filter(start_time__gte=window.start, start_time__lt=window.observed_end)
             .annotate(wait_s=Greatest(Seconds(F("start_time"), ready), Value(0.0)),
@@ -76,8 +75,8 @@ def _wait_cells(grouping: Grouping, qs: Waits,
     breakdown = ("partition", "bucket") if grouping.scorecard else ()
     rows = (qs.annotate(bucket=_bucket())
             .values(*grouping.names, *breakdown, "own")
-            .annotate(n=Count("pk"), good=Count("pk", filter=Q(wait_s__lte=target)),
-                      before_jobs=Count("pk", filter=Q(before_s__gt=0)),
+            .annotate(n=IntCount("pk"), good=IntCount("pk", filter=Q(wait_s__lte=target)),
+                      before_jobs=IntCount("pk", filter=Q(before_s__gt=0)),
                       waits=SortedValues("pct_s"))
             .order_by())
     return [(grouping.key(r), r.get("partition", ""), r.get("bucket", ""), r["own"], r)
@@ -87,11 +86,16 @@ def _wait_cells(grouping: Grouping, qs: Waits,
 def _wait_figures(cells: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One group's figures from the cells it is made of: counts added, nearest-rank
     percentiles over all their waits (sorted runs: ``sorted`` merges them in linear time)."""
-    waits = sorted(chain.from_iterable(c["waits"] for c in cells))
-    return {"n": sum(c["n"] for c in cells), "good": sum(c["good"] for c in cells),
-            "before_jobs": sum(c["before_jobs"] for c in cells),
-            "p50": maths.percentile(waits, 0.5), "p90": maths.percentile(waits, 0.9),
-            "p95": maths.percentile(waits, 0.95)}
+    if len(cells) == 1:  # the usual case: one cell's waits, already sorted by SQL
+        c = cells[0]
+        n, good, before, waits = c["n"], c["good"], c["before_jobs"], c["waits"]
+    else:
+        waits = sorted(chain.from_iterable(c["waits"] for c in cells))
+        n, good = sum(c["n"] for c in cells), sum(c["good"] for c in cells)
+        before = sum(c["before_jobs"] for c in cells)
+    pct = maths.percentile_of_sorted
+    return {"n": n, "good": good, "before_jobs": before, "p50": pct(waits, 0.5),
+            "p90": pct(waits, 0.9), "p95": pct(waits, 0.95)}
 
 
 def _wait_row(counted: Sequence[Mapping[str, Any]],
@@ -110,14 +114,14 @@ def _wait_days(grouping: Grouping, qs: Waits, window: maths.Window,
     counts added up over the days (a parallel hash aggregate in PostgreSQL)."""
     burn = {}
     for s, start in _burn_starts(window).items():
-        burn[f"t{s}"] = Count("pk", filter=Q(start_time__gte=start))
-        burn[f"g{s}"] = Count("pk", filter=Q(start_time__gte=start, wait_s__lte=target))
+        burn[f"t{s}"] = IntCount("pk", filter=Q(start_time__gte=start))
+        burn[f"g{s}"] = IntCount("pk", filter=Q(start_time__gte=start, wait_s__lte=target))
     for sc in out.values():
         sc.burn = {s: Counts(0, 0) for s in maths.BURN_WINDOWS}
     rows: Iterable[Mapping[str, Any]] = (  # Mapping: the burn columns are named at run time
         qs.filter(own=0).annotate(day=_day(F("start_time"), edges))
         .values(*grouping.names, "day")
-        .annotate(n=Count("pk"), good=Count("pk", filter=Q(wait_s__lte=target)), **burn)
+        .annotate(n=IntCount("pk"), good=IntCount("pk", filter=Q(wait_s__lte=target)), **burn)
         .order_by())
     for r in rows:
         sc = out[grouping.key(r)]
@@ -141,8 +145,10 @@ def queue_wait(objective: Objective, window: maths.Window, edges: Sequence[datet
     by_row: dict[tuple[Hashable, str, str], Cells] = {}
     for key, partition, bucket, own, cell in _wait_cells(grouping, qs, target):
         by_key.setdefault(key, ([], []))[own].append(cell)
-        by_row.setdefault((key, partition, bucket), ([], []))[own].append(cell)
-    out = _subjects(by_key, len(edges) - 1)
+        if grouping.scorecard:  # the breakdown's rows: a report reads none
+            by_row.setdefault((key, partition, bucket), ([], []))[own].append(cell)
+    # trend days only for a scorecard (``_wait_days``); a report's keys carry their period
+    out = _subjects(by_key, len(edges) - 1 if grouping.scorecard else 0)
     for key, (counted, own_limits) in by_key.items():
         sc = out[key]
         sc.details = _wait_row(counted, own_limits)
