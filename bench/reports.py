@@ -205,7 +205,20 @@ def main(quick: bool) -> Result:
                "statements' GROUP BY and the three SLO queries with the report's grouping "
                "(their scorecard extras off: burn windows, breakdown, trend days), and puts "
                "the rows together in Python. The size is "
-               "BENCH_REPORTS_JOBS; the issue's 10M is a run with that set."],
+               "BENCH_REPORTS_JOBS; the issue's 10M is a run with that set.",
+               "Where user x day's time goes (cProfile of one build and EXPLAIN ANALYZE of its "
+               "four GROUP BYs, 100k jobs): PostgreSQL takes about as long as the floor's "
+               "statements (~2.5 s of sequential scans and sorts: 93 % of the jobs are in "
+               "range, so no index on user_name helps); the rest is Python over ~110k grouped "
+               "rows for ~14k user-days: Django's float()/int() per fetched value (now off: "
+               "apps.core.sql FloatSum, IntCount), each group's waits sorted again per "
+               "percentile (now read as fetched, sorted by SQL), the queue-wait breakdown "
+               "built though a report reads none, then spreading seconds over days "
+               "(apps.analysis.periods.spread) and row keys, which remain. Client CPU per "
+               "build went from 2.6-2.8 s to 2.2-2.4 s. The earlier 2.83 x (23.3 s) ran at "
+               "load average 7-8 with other work on the 2 cores: the ratio moves with load "
+               "(1.7-2.0 x before this change at load 1-3), since the floor's parallel "
+               "workers and Beacon's Python compete for the same cores."],
     )
 
 
