@@ -19,7 +19,6 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.expressions import BaseExpression
 from django.db.models.functions import Cast, Ceil, Floor
 from django.db.models.lookups import LessThan, LessThanOrEqual
 
@@ -33,7 +32,10 @@ class _AsFetched:
     the largest Python cost of a usage report (issue 30: ~100k grouped rows of ~10
     values); a NULL stays ``None`` either way."""
 
-    convert_value = staticmethod(BaseExpression._convert_value_noop)
+    output_field: Any
+
+    def get_db_converters(self, connection: Any) -> list[Any]:
+        return list(self.output_field.get_db_converters(connection))  # the field's only
 
 
 class FloatSum(_AsFetched, Sum):
