@@ -165,11 +165,11 @@ up() {
 Running (stop with: make demo-full-stop, or deploy/dev/demo-full.sh down):
   portal      http://127.0.0.1:$WEB_PORT   (logins: the data folder's demo-logins.txt)
   Prometheus  $PROMETHEUS_URL   (deploy/dev/prometheus.sh; the demo month up to its "now")
-$([ -z "$VM_PARTITIONS" ] || echo "  VictoriaMetrics $VM_URL   (deploy/dev/victoria-metrics.sh; partitions $VM_PARTITIONS' nodes)")
+$([ -z "$VM_PARTITIONS" ] || echo "  VictoriaMetrics $VM_URL   (deploy/dev/victoria-metrics.sh; the nodes of: $VM_PARTITIONS)")
   Celery      worker + beat on $REDIS_URL (logs $RUN/worker.log, $RUN/beat.log)
-Live: job pages of running jobs, security detection and guardrails read each store for its
-nodes; beat skips the simulated cluster's Slurm syncs and quota checks (its Slurm files never
-change). deploy/dev/demo-full.sh help
+Live: job pages of running jobs, the archive and security detection read each node from its
+store; beat skips the simulated cluster's Slurm syncs, quota checks and guardrails (its Slurm
+files never change). deploy/dev/demo-full.sh help
 TXT
 }
 
