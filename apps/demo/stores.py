@@ -14,7 +14,7 @@ promtool or VictoriaMetrics' import API.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -79,7 +79,7 @@ def _split_file(path: Path, parts: dict[str, Part], store_of: Callable[[str], st
         part.files += 1
 
 
-def _route_lines(lines: Iterable[str], outs: dict[str, IO[str]], parts: dict[str, Part],
+def _route_lines(lines: Iterable[str], outs: Mapping[str, IO[str]], parts: dict[str, Part],
                  store_of: Callable[[str], str], catalogue: Catalogue) -> None:
     """Comments to every output, each sample line to its store's. A series' text repeats
     on each of its samples: it is parsed and routed once per file (memory stays at one
