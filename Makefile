@@ -48,7 +48,7 @@ demo-data: venv
 	@echo "==> [2/3] loading the month through Beacon's importers ($(SINCE))"
 	SITE_URL=$(SITE_URL) $(PY) manage.py demo --out $(DEMO_DIR)
 
-## make demo-full: the same month through the live paths (Prometheus, Redis, Celery worker/beat)
+## make demo-full: the same month through the live paths (Prometheus + VictoriaMetrics, Redis, Celery)
 demo-full: demo-data
 	DEMO_DIR=$(DEMO_DIR) ./deploy/dev/demo-full.sh up
 

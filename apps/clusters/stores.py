@@ -78,8 +78,23 @@ def stores_for(cluster: Cluster, catalogue: Catalogue) -> Stores:
 def _store(row: TelemetryStore, catalogue: Catalogue) -> Store:
     client = PrometheusClient(row.url, timeout=settings.PROMETHEUS_TIMEOUT,
                               headers=dict(row.headers or {}))
-    route = StoreRoute(row.name, tuple(row.hosts or ()), tuple(row.partitions or ()), row.order)
-    return Store(route, client, replace(catalogue, store=row.kind))
+    return Store(_route(row), client, replace(catalogue, store=row.kind))
+
+
+def _route(row: TelemetryStore) -> StoreRoute:
+    return StoreRoute(row.name, tuple(row.hosts or ()), tuple(row.partitions or ()), row.order)
+
+
+def node_stores(cluster: Cluster) -> dict[str, TelemetryStore | None]:
+    """Node name -> the ``TelemetryStore`` answering for it (None: the cluster's own
+    Prometheus), for the cluster page; empty when the cluster has no store rows."""
+    rows = {row.name: row for row in cluster.telemetry_stores.all()}
+    if not rows:
+        return {}
+    routes = [_route(row) for row in rows.values()]
+    partitions = partitions_of(cluster)
+    return {node: rows.get(store_of(node, routes, partitions.get(node, frozenset())))
+            for node in node_names(cluster)}
 
 
 def partitions_of(cluster: Cluster) -> dict[str, frozenset[str]]:

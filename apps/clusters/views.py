@@ -13,6 +13,7 @@ from django.views.generic import DetailView, ListView
 
 from apps.accounts.permissions import ActionRequiredMixin
 from apps.clusters import live_view
+from apps.clusters import stores as cluster_stores
 from apps.clusters.models import Cluster, Node
 from apps.core.context_processors import simulated_banner
 
@@ -44,7 +45,10 @@ class ClusterDetailView(_ClusterPage):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         ctx = super().get_context_data(**kwargs)
-        ctx["nodes"] = self.object.nodes.prefetch_related("partitions")
+        # several telemetry stores: which one reads each node (issue 29)
+        ctx["stores"] = stores = cluster_stores.node_stores(self.object)
+        ctx["nodes"] = [(n, stores.get(n.name))
+                        for n in self.object.nodes.prefetch_related("partitions")]
         ctx["partitions"] = self.object.partitions.annotate(node_total=Count("nodes"))
         ctx["accounts"] = _account_rows(self.object)
         ctx.update(simulated_banner(self.object))

@@ -228,6 +228,20 @@ def test_a_store_claims_nodes_by_partition(split, two_node_job, world):
     assert means[("gpu02", 0)] == pytest.approx(50) and means[("gpu01", 0)] == pytest.approx(10)
 
 
+def test_the_cluster_page_names_each_nodes_store(world, login):
+    page = reverse("clusters-detail", args=["testcluster"])
+    assert "Telemetry store" not in login("bob").get(page).content.decode()  # one Prometheus
+    Node.objects.create(cluster=world.cluster, name="gpu02", gpu_type="h100", gpu_count=8)
+    TelemetryStore.objects.create(cluster=world.cluster, name="vm", url=A, hosts=["gpu02"],
+                                  kind="victoriametrics")
+    html = login("bob").get(page).content.decode()
+    rows = {name: html.split(f">{name}</a>", 1)[1].split("</tr>", 1)[0]
+            for name in ("gpu01", "gpu02")}
+    assert "Telemetry store" in html and "store-a.test" not in html  # names, never URLs
+    assert "vm <span class=\"muted\">(VictoriaMetrics)" in rows["gpu02"]
+    assert "default" in rows["gpu01"] and "VictoriaMetrics" not in rows["gpu01"]
+
+
 # --- Guardrails ----------------------------------------------------------------------
 
 

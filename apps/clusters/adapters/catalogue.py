@@ -207,14 +207,17 @@ class Catalogue:
 
     def gpu_key(self, series: Series) -> GpuKey | None:
         """The GPU a series belongs to, or None when it lacks host or index."""
-        dialect = self.dialect_of(series)
-        # Without a host label (dcgm-exporter --no-hostname), fall back to the scrape target.
-        host = series.label(*dialect.host_labels) or \
-            host_of(series.labels.get(self.node_label, ""))
-        index = series.labels.get(dialect.gpu_label, "")
+        host = self.series_host(series)
+        index = series.labels.get(self.dialect_of(series).gpu_label, "")
         if not host or not index.isdigit():
             return None
         return GpuKey(host, int(index))
+
+    def series_host(self, series: Series) -> str:
+        """The node a series is about: its exporter's host label, else the scrape target's
+        host (dcgm-exporter --no-hostname, node_exporter); '' when it has neither."""
+        return series.label(*self.dialect_of(series).host_labels) or \
+            host_of(series.labels.get(self.node_label, ""))
 
     def job_of(self, series: Series) -> str:
         """The Slurm job a GPU series is labelled with ('' when none)."""

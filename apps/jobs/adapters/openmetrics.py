@@ -133,6 +133,12 @@ def _after_eof(number: int, rest: Iterator[str]) -> int:
 _UNSEEN: list[Point] = []
 
 
+def series_of(text: str, number: int) -> tuple[str, dict[str, str]]:
+    """A sample line's ``name{labels}`` text -> (name, labels); an error names line ``number``."""
+    name, labels = _series_of(number, text)
+    return name, dict(labels)
+
+
 def _series_of(number: int, text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     """``name{labels}`` -> (name, sorted label pairs); errors name the line."""
     try:
