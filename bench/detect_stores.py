@@ -175,7 +175,7 @@ def detect_once(proms: list[BenchPrometheus], gpus: int, data_dir: Path) -> dict
 
 def main(quick: bool) -> Result:
     floor_big = sizes(quick)
-    repeats = 1 if quick else 2
+    repeats = 1 if quick else int(os.environ.get("BENCH_DETECT_STORES_REPEATS") or 2)
     proms = servers()
     with tempfile.TemporaryDirectory(prefix="beacon-bench-stores-") as tmp, ExitStack() as stack:
         for prom in proms:
@@ -241,6 +241,10 @@ def _result(quick: bool, floor_big: tuple[int, int], repeats: int, loaded: dict[
             "stores": f"{SHARDS} Prometheus 2.42 on loopback (var/bench-detect-stores/s0..s"
                       f"{SHARDS - 1}), as TelemetryStore rows with host globs; the cluster "
                       f"has no Prometheus URL of its own; backfilled: {backfill}",
+            "timeouts": f"the stores' query timeout {os.environ.get('PROM_QUERY_TIMEOUT', '30s')}"
+                        f", Beacon's PROMETHEUS_TIMEOUT "
+                        f"{os.environ.get('PROMETHEUS_TIMEOUT', '10')} s: the four stores share "
+                        "this machine's cores, where a site gives each its own",
             "run": "`manage.py detect --json` in a child process, floor and big size "
                    f"alternating, {repeats} run(s) a size; start-up CPU "
                    f"(`manage.py detect --help`, median of 3): {base:.2f} s",
