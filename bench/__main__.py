@@ -34,6 +34,7 @@ BENCHMARKS = [
     "reports",        # issue 30: usage reports per team/user and day vs hand-written SQL
     "detect_scale",   # issue 17: one live detection window at 1k-10k GPUs
     "archive_drop",   # issue 29: dropping a month of the partitioned archive
+    "detect_stores",  # issue 29: detection over 4 stores, floor vs big size: CPU/GPU, RSS
 ]
 SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 

@@ -112,11 +112,11 @@ def _setup_database(sizes: tuple[int, ...]) -> None:
 # --- The measured run --------------------------------------------------------------------
 
 
-def _server_counters() -> tuple[float, float]:
-    """Queries Prometheus has answered so far and the seconds it spent on them (its own
-    /metrics: the bench's server scrapes nothing, itself included)."""
+def server_counters(url: str = PROM.url) -> tuple[float, float]:
+    """Queries the Prometheus at ``url`` has answered so far and the seconds it spent on
+    them (its own /metrics: the bench's servers scrape nothing, themselves included)."""
     count = seconds = 0.0
-    text = requests.get(f"{PROM.url}/metrics", timeout=10).text
+    text = requests.get(f"{url}/metrics", timeout=10).text
     for line in text.splitlines():
         name, _, value = line.rpartition(" ")
         if not name.startswith("prometheus_http_request_duration_seconds_") or \
@@ -130,16 +130,16 @@ def _server_counters() -> tuple[float, float]:
     return count, seconds
 
 
-def warm(gpus: int) -> None:
+def warm(gpus: int, url: str = PROM.url) -> None:
     """Read every sample of size ``gpus``'s window once, untimed: a server just started on
     backfilled blocks reads them from disk at first, where a live site's recent data is
     in memory (the head block)."""
     start, _, until = window(gpus)
-    names = requests.get(f"{PROM.url}/api/v1/label/__name__/values",
+    names = requests.get(f"{url}/api/v1/label/__name__/values",
                          params={"start": start, "end": until}, timeout=60).json()["data"]
     for name in names:  # one by one: count_over_time drops the name
         query = f"count(count_over_time({name}[{until - start + 60}s]))"
-        requests.post(f"{PROM.url}/api/v1/query", data={"query": query, "time": until},
+        requests.post(f"{url}/api/v1/query", data={"query": query, "time": until},
                       timeout=120).raise_for_status()
 
 
@@ -154,9 +154,9 @@ def detect_once(gpus: int, data_dir: Path) -> dict[str, Any]:
     cmd = [sys.executable, "manage.py", "detect", "--cluster", f"scale{gpus}", "--json",
            "--since", datetime.fromtimestamp(since, UTC).isoformat(),
            "--until", datetime.fromtimestamp(until, UTC).isoformat(), "--slice-hours", "0"]
-    count0, seconds0 = _server_counters()
+    count0, seconds0 = server_counters()
     child: ChildRun = run_child(cmd, env).check(f"manage.py detect ({gpus} GPUs)")
-    count1, seconds1 = _server_counters()
+    count1, seconds1 = server_counters()
     found = json.loads(child.stdout)
     return {"seconds": child.seconds, "rss_mb": child.peak_rss_mb, "cpu_s": child.cpu_seconds,
             "queries": round(count1 - count0),

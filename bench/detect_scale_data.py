@@ -19,7 +19,7 @@ first and the last whole group, the incidents the detection must find at every s
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -106,14 +106,16 @@ def _wave(low: float, high: float, t: int, phase: float) -> float:
     return low + (high - low) * (0.5 + 0.45 * math.sin(t / 600 + phase))
 
 
-def write(out: IO[str], layout: Layout, start: int, end: int, marker: str) -> None:
-    """Samples at ``start + SCRAPE, ..., end`` of every series, then ``marker`` at ``end``."""
+def write(out: IO[str], layout: Layout, start: int, end: int, marker: str,
+          keep: Callable[[int], bool] = lambda node: True) -> None:
+    """Samples at ``start + SCRAPE, ..., end`` of every series of the nodes ``keep`` accepts
+    (a store's share; every node by default), then ``marker`` at ``end``."""
     times = range(start + SCRAPE, end + 1, SCRAPE)
     owner = {(h, g): job for job in layout.jobs() for h in job.hosts for g in job.gpus}
     planted = {g * GROUP + r for g in layout.planted_groups() for r in (BUSY_ROLE, IB_ROLE)}
     for family, (low, high) in GPU_FAMILIES.items():
         out.write(f"# HELP {family} dcgm-exporter field\n# TYPE {family} gauge\n")
-        for node in range(layout.nodes):
+        for node in filter(keep, range(layout.nodes)):
             host = layout.host(node)
             for gpu in range(GPUS_PER_NODE):
                 job = owner.get((host, gpu))
@@ -126,7 +128,7 @@ def write(out: IO[str], layout: Layout, start: int, end: int, marker: str) -> No
                     value = (BUSY_VALUES if busy else FREE_VALUES).get(family, 0)
                     lines = (f"{labels} {value} {t}\n" for t in times)
                 out.write("".join(lines))
-    _write_nodes(out, layout, owner, planted, times)
+    _write_nodes(out, layout, owner, planted, times, keep)
     out.write(f"# HELP beacon_bench_dataset marker\n# TYPE beacon_bench_dataset gauge\n"
               f"{marker} 1 {end}\n# EOF\n")
 
@@ -151,11 +153,11 @@ def _ib_rate(layout: Layout, owner: dict[tuple[str, int], Job], planted: set[int
     return IB_MULTI if any(len(j.hosts) > 1 for j in jobs) else IB_SINGLE
 
 
-def _node_counters(layout: Layout, owner: dict[tuple[str, int], Job],
-                   planted: set[int]) -> Iterator[tuple[str, str, str, float]]:
+def _node_counters(layout: Layout, owner: dict[tuple[str, int], Job], planted: set[int],
+                   keep: Callable[[int], bool]) -> Iterator[tuple[str, str, str, float]]:
     """(family, labels without instance, per-node key, rate per second) of each counter."""
     ib = ("node_infiniband_port_data_received_bytes", "node_infiniband_port_data_transmitted_bytes")
-    for node in range(layout.nodes):
+    for node in filter(keep, range(layout.nodes)):
         rate = _ib_rate(layout, owner, planted, node)
         for family in ib:
             for device in ("mlx5_0", "mlx5_1"):
@@ -175,9 +177,9 @@ def _node_counters(layout: Layout, owner: dict[tuple[str, int], Job],
 
 
 def _write_nodes(out: IO[str], layout: Layout, owner: dict[tuple[str, int], Job],
-                 planted: set[int], times: range) -> None:
+                 planted: set[int], times: range, keep: Callable[[int], bool]) -> None:
     by_family: dict[str, list[tuple[str, str, float]]] = {}
-    for family, labels, host, rate in _node_counters(layout, owner, planted):
+    for family, labels, host, rate in _node_counters(layout, owner, planted, keep):
         by_family.setdefault(family, []).append((labels, host, rate))
     for family, series in by_family.items():
         out.write(f"# HELP {family} node_exporter\n# TYPE {family} counter\n")

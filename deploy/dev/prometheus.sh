@@ -8,7 +8,7 @@
 #
 # Never touches the Debian prometheus.service (port 9090) and never kills by process name:
 # the pid file is trusted only while /proc/<pid>/cmdline still holds our listen address.
-# Environment: PROM_PORT (9091), PROM_DIR (<repo>/var/prometheus), PROM_CONFIG (the config
+# Environment: PROM_PORT (9091), PROM_DIR (<repo>/var/prometheus), PROM_QUERY_TIMEOUT (30s), PROM_CONFIG (the config
 # file, default deploy/dev/prometheus.yml: no scrape targets; the real-exporter tests pass
 # their own, which scrapes node_exporter and a dcgm-exporter-shaped endpoint on loopback).
 set -euo pipefail
@@ -55,7 +55,7 @@ start() {
     --web.listen-address="$LISTEN" \
     --storage.tsdb.path="$DATA" --storage.tsdb.retention.time=400d \
     --web.enable-remote-write-receiver --web.enable-lifecycle --web.enable-admin-api \
-    --query.max-samples=5000000 --query.timeout=30s
+    --query.max-samples=5000000 --query.timeout="${PROM_QUERY_TIMEOUT:-30s}"
 }
 
 stop_other_checkouts() {

@@ -57,6 +57,7 @@ FAILURES = {
     "slo": POSTGRES_DOWN,
     "reports": POSTGRES_DOWN,
     "detect_scale": ({"PATH": "{empty}"}, "`prometheus` is not installed"),
+    "detect_stores": ({"PATH": "{empty}"}, "`prometheus` is not installed"),
     "archive_drop": POSTGRES_DOWN,
 }
 
