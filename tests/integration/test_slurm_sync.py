@@ -97,13 +97,27 @@ def _snapshot_while_running(slurm: SlurmDev, wave: Wave, job: int, timeout: floa
     end = time.monotonic() + timeout
     while True:
         wave.bindings_while_running = [b for b in client.gpu_bindings() if b.job_id == job]
-        wave.running_map = {str(p.relative_to(slurm.jobmap)): p.read_text().split()
-                            for p in slurm.jobmap.glob("*/*") if p.name.isdigit()}
+        wave.running_map = _map_files(slurm)
         held = sum(len(b.gpu_indices) for b in wave.bindings_while_running)
         named = sum(str(job) in ids for ids in wave.running_map.values())
         if (held and named == held) or time.monotonic() > end:
             return
         time.sleep(0.5)
+
+
+def _map_files(slurm: SlurmDev) -> dict[str, list[str]]:
+    """The prolog's map files as they are now. Another wave job's epilog may remove its file
+    between the listing and the read (CI: a 2-second job ended there): that GPU is no longer
+    held, as if the file had not been listed."""
+    found = {}
+    for path in slurm.jobmap.glob("*/*"):
+        if not path.name.isdigit():
+            continue
+        try:
+            found[str(path.relative_to(slurm.jobmap))] = path.read_text().split()
+        except FileNotFoundError:
+            continue
+    return found
 
 
 def _cancel_pending_and_running(slurm: SlurmDev, wave: Wave) -> None:
@@ -208,8 +222,7 @@ def test_the_prolog_mapped_the_gpus_the_scheduler_gave(slurm, wave):
     mapped = sorted(path for path, ids in wave.running_map.items() if job in ids)
     held = sorted(f"{b.node}/{i}" for b in wave.bindings_while_running for i in b.gpu_indices)
     assert len(held) == 2 and mapped == held
-    leftovers = [p for p in slurm.jobmap.glob("*/*") if p.name.isdigit()
-                 and job in p.read_text().split()]
+    leftovers = [path for path, ids in _map_files(slurm).items() if job in ids]
     assert leftovers == []  # the epilog removed the job again
     # ...and both kept the history, which import_gpu_map reads back as closed intervals
     history, _unreadable = parse_gpu_map_log(slurm.jobmap_log.read_text().splitlines())
@@ -229,8 +242,7 @@ def _emulated_uuid(slurm: SlurmDev, node: str, index: int) -> str:
 
 
 def _mapped(slurm: SlurmDev, job_id: int) -> list[str]:
-    return sorted(f"{p.parent.name}/{p.name}" for p in slurm.jobmap.glob("*/*")
-                  if p.name.isdigit() and str(job_id) in p.read_text().split())
+    return sorted(path for path, ids in _map_files(slurm).items() if str(job_id) in ids)
 
 
 def test_the_queue_sync_records_gpu_intervals_of_a_running_job(slurm, wave, cluster):
