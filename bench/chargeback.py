@@ -1,12 +1,13 @@
 """Chargeback: a month's statements for 50 teams over 1,000,000 jobs (PostgreSQL), against a
 hand-written SQL GROUP BY over the same rows in the same run.
 
-1. Fill its own PostgreSQL database (``<BENCH_DB_PREFIX>_chargeback`` on
-   ``BENCH_POSTGRES_URL``: bench/common.py ``database_url``) with N jobs of 500 users in 50
-   teams around November 2026 (some spanning the month's edges, some running, two GPU
-   models, a few sharded jobs) and an archived split for 70 % of them, through COPY (kept
-   between runs when the count matches; made anew when another checkout's migrations left
-   another schema). PostgreSQL down: a ``BenchError`` saying so, no traceback.
+1. Fill its own PostgreSQL database (``<BENCH_DB_PREFIX>_chargeback`` on ``BENCH_POSTGRES_URL``:
+   bench/common.py ``database_url``) with N jobs (N: ``BENCH_CHARGEBACK_JOBS``, default
+   1,000,000; ``--quick`` 100,000; issue 29 asks for 10M) of 500 users in 50 teams around
+   November 2026 (some spanning the month's edges, some running, two GPU models, a few sharded
+   jobs) and an archived split for 70 % of them, through COPY (kept between runs when the count
+   matches; made anew when another checkout's migrations left another schema). PostgreSQL down:
+   a ``BenchError`` saying so, no traceback.
 2. Floor: one hand-written ``GROUP BY`` computing the same sums (allocated GPU-hours inside the
    month and the four split parts) per team, user, partition and GPU types, all rows fetched.
 3. Beacon: ``services.refresh_statements`` for the month: the ORM aggregate, the pure pricing
@@ -26,7 +27,16 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from bench.common import Check, Result, cli, database_url, ensure_database, setup_django, stats
+from bench.common import (
+    Check,
+    Result,
+    cli,
+    database_url,
+    ensure_database,
+    job_count,
+    setup_django,
+    stats,
+)
 from bench.fill import copy_jobs, copy_metrics, fill_once
 
 DB_URL = database_url("chargeback")
@@ -166,7 +176,7 @@ def _check_agreement(floor_rows: list[tuple[Any, ...]]) -> dict[str, Any]:
 
 
 def main(quick: bool) -> Result:
-    n_jobs = 100_000 if quick else 1_000_000
+    n_jobs = job_count("BENCH_CHARGEBACK_JOBS", quick)
     repeats = 3 if quick else 5
     ensure_database(DB_URL)
     os.environ["TIME_ZONE"] = "UTC"  # the month's edges are UTC midnights

@@ -143,6 +143,19 @@ def database_url(name: str) -> str:
     return f"{server.rstrip('/')}/{prefix}_{name}"
 
 
+def job_count(env: str, quick: bool) -> int:
+    """How many jobs a PostgreSQL bench fills: ``env`` when set (issue 29's 10M is a run with
+    ``<env>=10000000``), else 1,000,000, or 100,000 with ``--quick``."""
+    raw = os.environ.get(env) or ("100000" if quick else "1000000")
+    try:
+        n_jobs = int(raw.replace("_", ""))
+    except ValueError:
+        raise BenchError(f"{env}={raw!r}: give a whole number of jobs") from None
+    if n_jobs < 1000:
+        raise BenchError(f"{env}={n_jobs}: give at least 1,000 jobs")
+    return n_jobs
+
+
 def ensure_database(url: str, *, fresh: bool = False) -> None:
     """Create the benchmark's own PostgreSQL database if it is missing (``fresh``: anew).
 
