@@ -35,6 +35,7 @@ from bench.common import (
     ensure_database,
     job_count,
     setup_django,
+    sized_command,
     stats,
 )
 from bench.fill import copy_jobs, copy_metrics, fill_once
@@ -208,7 +209,7 @@ def _result(quick: bool, n_jobs: int, fill: dict[str, Any], floor: Any, ours: An
             lines: int, groups: list[tuple[Any, ...]], agreement: dict[str, Any]) -> Result:
     return Result(
         name="chargeback", title="Chargeback: a month's statements for 50 teams",
-        command="python -m bench chargeback" + (" --quick" if quick else ""),
+        command=sized_command("chargeback", "BENCH_CHARGEBACK_JOBS", quick),
         inputs={"jobs": f"{n_jobs:,}", "teams": TEAMS, "users": TEAMS * USERS_PER_TEAM,
                 "archived splits": "70 %", "database": "PostgreSQL (COPY-filled)",
                 "fill": f"{fill['fill_s']} s" + (" (reused)" if fill["reused"] else "")},

@@ -156,6 +156,12 @@ def job_count(env: str, quick: bool) -> int:
     return n_jobs
 
 
+def sized_command(name: str, env: str, quick: bool) -> str:
+    """The command line that makes this run again, naming ``env`` when it set the size."""
+    size = f"{env}={os.environ[env]} " if os.environ.get(env) else ""
+    return f"{size}python -m bench {name}" + (" --quick" if quick else "")
+
+
 def ensure_database(url: str, *, fresh: bool = False) -> None:
     """Create the benchmark's own PostgreSQL database if it is missing (``fresh``: anew).
 

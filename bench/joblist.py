@@ -41,6 +41,7 @@ from bench.common import (
     job_count,
     require_tool,
     setup_django,
+    sized_command,
     stats,
     table_sizes,
 )
@@ -319,7 +320,7 @@ def main(quick: bool) -> Result:
         rows, checks = _load_views(data_dir, _sessions(), seconds, repeats)
     return Result(
         name="joblist", title="Job list: p95 server time at 20 concurrent clients",
-        command="python -m bench joblist" + (" --quick" if quick else ""),
+        command=sized_command("joblist", "BENCH_JOBLIST_JOBS", quick),
         inputs={"jobs": f"{n_jobs:,} in PostgreSQL 15 ({TEAMS} teams × {USERS_PER_TEAM} users)",
                 "load": f"wrk -t2 -c20 -d{seconds}s, {repeats} runs per view; "
                         f"gunicorn -w {WORKERS}",

@@ -132,3 +132,32 @@ def test_the_reports_bench_floor_is_complete_sql():
     assert len(statements) == 4
     assert all("{" not in sql.replace("{}", "") for sql in statements)  # every part filled
     assert all("j.team_id" in sql for sql in statements)
+
+
+@pytest.mark.parametrize(("value", "quick", "expected"), [
+    ("", False, 1_000_000), ("", True, 100_000), ("10000000", False, 10_000_000),
+    ("10_000_000", True, 10_000_000)])
+def test_a_job_count_comes_from_its_variable_or_the_default(monkeypatch, value, quick, expected):
+    from bench.common import job_count, sized_command
+
+    monkeypatch.setenv("BENCH_X_JOBS", value)
+    assert job_count("BENCH_X_JOBS", quick) == expected
+    command = sized_command("x", "BENCH_X_JOBS", quick)
+    assert command.startswith(f"BENCH_X_JOBS={value} python -m bench x" if value else
+                              "python -m bench x")
+
+
+@pytest.mark.parametrize("value", ["ten", "999", "-5"])
+def test_a_job_count_that_is_not_a_size_is_refused_with_its_name(monkeypatch, value):
+    from bench.common import BenchError, job_count
+
+    monkeypatch.setenv("BENCH_X_JOBS", value)
+    with pytest.raises(BenchError, match="BENCH_X_JOBS"):
+        job_count("BENCH_X_JOBS", False)
+
+
+def test_the_joblist_fill_keeps_a_year_of_submits_at_10m_jobs():
+    from bench.joblist import _submit_step
+
+    assert _submit_step(100_000) == _submit_step(1_000_000) == 30  # the 1M fill unchanged
+    assert _submit_step(10_000_000) == 3  # 10M jobs over the same ~347 days
