@@ -2,7 +2,8 @@
 
 1. Fill a dedicated PostgreSQL database (``<BENCH_DB_PREFIX>_joblist``, bench/common.py) with N
    jobs of 500 users in 50 teams (N: ``BENCH_JOBLIST_JOBS``, default 1,000,000; ``--quick``
-   100,000; issue 29 asks for 10,000,000), through COPY; submit times 30 s apart from 2026-01-01
+   100,000; issue 29 asks for 10,000,000), made by SQL with the indexes built after (bench/fill.py
+   ``indexes_built_after``); submit times 30 s apart from 2026-01-01
    up to 1M jobs, packed closer past that so 10M jobs still fill the same year. One job in ten
    is an array task (arrays of 10), 80% of started jobs have metrics (the efficiency band), one
    in seven a diagnosis finding and one in 200 a security finding (the "has findings" filter
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -27,7 +27,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from bench.common import (
     stats,
     table_sizes,
 )
-from bench.fill import migrate
+from bench.fill import hashed, indexes_built_after, insert_select, migrate, users_table
 
 ROOT = Path(__file__).resolve().parent.parent
 DB_URL = database_url("joblist")
@@ -58,7 +57,7 @@ LUA_SCRIPT = Path(__file__).with_name("wrk_report.lua")
 
 
 # Bump when the fill below changes: a database filled by an older version is filled anew.
-FILL_VERSION = 2
+FILL_VERSION = 3  # 3: made by SQL (same shares as 2's Python COPY, other draws)
 ARRAY_EVERY, ARRAY_TASKS = 10, 10  # one block of 10 jobs in 10 is an array of 10 tasks
 
 
@@ -93,8 +92,11 @@ def _fill(n_jobs: int) -> dict[str, Any]:
     Membership.objects.create(user=User.objects.get(username="u080"), team=teams[9],
                               role="lead")
     User.objects.create(username="benchadmin", is_staff=True)
-    _copy_jobs(cluster.pk, users, n_jobs)
-    _fill_metrics_and_findings(cluster.pk)
+    with indexes_built_after(["jobs_job", "jobs_jobmetrics", "jobs_jobfinding",
+                              "security_finding"]):
+        users_table(users)
+        _insert_jobs(cluster.pk, n_jobs)
+        _fill_metrics_and_findings(cluster.pk)
     with connection.cursor() as cur:
         cur.execute("VACUUM ANALYZE")
     return {"reused": False, "fill_s": round(time.perf_counter() - started, 1)}
@@ -106,82 +108,51 @@ def _submit_step(n_jobs: int) -> int:
     return max(1, 30 * 1_000_000 // max(n_jobs, 1_000_000))
 
 
-def _copy_jobs(cluster_id: int, users: list[tuple[Any, Any]], n_jobs: int) -> None:
-    """Jobs by COPY: one block of ARRAY_TASKS jobs in ARRAY_EVERY is an array (one user,
-    one name; its head task holds the array's raw id, as Slurm records it)."""
-    from django.db import connection
-
+def _insert_jobs(cluster_id: int, n_jobs: int) -> None:
+    """Jobs made by PostgreSQL (INSERT ... SELECT over generate_series; a row-by-row COPY
+    from Python took most of an hour for 10M on 2 shared cores). One block of ARRAY_TASKS
+    jobs in ARRAY_EVERY is an array: its tasks share the head's user, name, size and submit
+    time, and the head task holds the array's raw id, as Slurm records it. Per job: a uniform
+    user; 1-32 GPUs; states 70% COMPLETED, 12 FAILED, 8 CANCELLED, 6 TIMEOUT, 3 RUNNING,
+    1 PENDING; started 0-59 minutes after submit, two hours long."""
     from apps.jobs.models import Job
 
-    rng = random.Random(7)
     step = _submit_step(n_jobs)
-    states = ["COMPLETED"] * 70 + ["FAILED"] * 12 + ["CANCELLED"] * 8 + ["TIMEOUT"] * 6 + \
-             ["RUNNING"] * 3 + ["PENDING"]
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    now = datetime.now(UTC)
-    # Every column the model has: the ones set here, the others at their model default
-    # (so a new non-null column does not break the fill).
-    fields = [f for f in Job._meta.concrete_fields if not f.primary_key]
-    defaults = {f.column: f.get_db_prep_save(f.get_default(), connection) for f in fields}
-    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    connection.ensure_connection()
-    raw = connection.connection  # psycopg's own connection: COPY is not in Django's API
-    with raw.cursor() as cur, cur.copy(f"COPY jobs_job ({cols}) FROM STDIN") as copy:
-        for i in range(n_jobs):
-            block, task = divmod(i, ARRAY_TASKS)
-            in_array = block % ARRAY_EVERY == 0 and (block + 1) * ARRAY_TASKS <= n_jobs
-            if not in_array or task == 0:
-                user, team = users[rng.randrange(len(users))]
-                submit = t0 + timedelta(seconds=i * step + rng.randrange(step))
-                gpus = rng.choice((1, 2, 4, 8, 8, 16, 32))
-                name = _job_name(rng)
-            start = submit + timedelta(minutes=rng.randrange(60))
-            job_id = 1_000_000 + i
-            array: dict[str, Any] = {}
-            if in_array:
-                array_id = 1_000_000 + block * ARRAY_TASKS
-                # tasks 0..8 take the ids after the array's; the last task takes its raw id
-                task_id = ARRAY_TASKS - 1 if task == 0 else task - 1
-                array = {"array_job_id": array_id, "array_task_id": task_id,
-                         "display_id": f"{array_id}_{task_id}"}
-            row = {**defaults,
-                   "cluster_id": cluster_id, "job_id": job_id, "display_id": str(job_id),
-                   "name": name, "user_name": user.username, "user_id": user.pk,
-                   "account": team.slug, "team_id": team.pk, "partition": "gpu",
-                   "qos": "normal", "state": rng.choice(states), "exit_code": 0,
-                   "submit_time": submit, "start_time": start,
-                   "end_time": start + timedelta(hours=2), "time_limit_min": 1440,
-                   "nodes": "gpu01", "node_count": max(1, gpus // 8), "cpus": gpus * 8,
-                   "memory_mb": gpus * 64000, "gpus": gpus, "gpu_equivalent": float(gpus),
-                   "created_at": now, "updated_at": now, **array}
-            copy.write_row([row[f.column] for f in fields])
-
-
-def _job_name(rng: random.Random) -> str:
-    """Common names, and sweep runs whose numbered names a search finds a handful of."""
-    base = rng.choice(("llm-pretrain", "finetune", "eval", "notebook", "sweep"))
-    return f"sweep-{rng.randrange(2000):04d}" if base == "sweep" else base
-
-
-def _insert_select(model: Any, values: dict[str, str], source: str) -> None:
-    """``INSERT INTO <model> SELECT ...``: ``values`` maps columns to SQL over ``source``;
-    every other column gets its model default (timestamps: now)."""
-    from django.db import connection
-
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    exprs, params = [], []
-    for f in fields:
-        if f.column in values:
-            exprs.append(values[f.column])
-        elif getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
-            exprs.append("now()")
-        else:
-            exprs.append("%s")
-            params.append(f.get_db_prep_save(f.get_default(), connection))
-    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    with connection.cursor() as cur:  # the SQL is this module's own, never from input
-        cur.execute(f"INSERT INTO {model._meta.db_table} ({cols}) "
-                    f"SELECT {', '.join(exprs)} {source}", params)
+    draw = f"""(SELECT g.i, g.i / {ARRAY_TASKS} AS block, mod(g.i, {ARRAY_TASKS}) AS task, a.arr,
+        CASE WHEN a.arr THEN g.i / {ARRAY_TASKS} * {ARRAY_TASKS} ELSE g.i END AS h
+      FROM generate_series(0, {n_jobs - 1}) AS g(i)
+      CROSS JOIN LATERAL (SELECT mod(g.i / {ARRAY_TASKS}, {ARRAY_EVERY}) = 0
+          AND (g.i / {ARRAY_TASKS} + 1) * {ARRAY_TASKS} <= {n_jobs} AS arr) a) s
+    CROSS JOIN LATERAL (SELECT
+        timestamptz '2026-01-01 00:00+00'
+            + (s.h * {step} + floor({hashed("s.h", 2)} * {step})) * interval '1 second' AS at,
+        (ARRAY[1, 2, 4, 8, 8, 16, 32])[1 + floor({hashed("s.h", 3)} * 7)::int] AS n,
+        floor({hashed("s.h", 4)} * 5)::int AS base,
+        1000000 + s.block * {ARRAY_TASKS} AS array_id,
+        CASE WHEN s.task = 0 THEN {ARRAY_TASKS - 1} ELSE s.task - 1 END AS task_id,
+        floor({hashed("s.i", 7)} * 100)::int AS w,
+        floor({hashed("s.h", 1)} * (SELECT count(*) FROM bench_users))::int AS k) d
+    JOIN bench_users bu ON bu.k = d.k"""  # noqa: S608 (the module's own SQL, never input)
+    start = f"d.at + floor({hashed('s.i', 6)} * 60) * interval '1 minute'"
+    insert_select(Job, {
+        "cluster_id": str(cluster_id), "job_id": "1000000 + s.i",
+        "display_id": "CASE WHEN s.arr THEN d.array_id || '_' || d.task_id "
+                      "ELSE (1000000 + s.i)::text END",
+        "array_job_id": "CASE WHEN s.arr THEN d.array_id END",
+        "array_task_id": "CASE WHEN s.arr THEN d.task_id END",
+        "name": "CASE WHEN d.base = 4 THEN 'sweep-' || "
+                f"lpad(floor({hashed('s.h', 5)} * 2000)::int::text, 4, '0') "
+                "ELSE (ARRAY['llm-pretrain', 'finetune', 'eval', 'notebook'])[d.base + 1] END",
+        "user_name": "bu.username", "user_id": "bu.user_id", "account": "bu.slug",
+        "team_id": "bu.team_id", "partition": "'gpu'", "qos": "'normal'",
+        "state": "CASE WHEN d.w < 70 THEN 'COMPLETED' WHEN d.w < 82 THEN 'FAILED' "
+                 "WHEN d.w < 90 THEN 'CANCELLED' WHEN d.w < 96 THEN 'TIMEOUT' "
+                 "WHEN d.w < 99 THEN 'RUNNING' ELSE 'PENDING' END",
+        "exit_code": "0", "submit_time": "d.at", "start_time": start,
+        "end_time": f"{start} + interval '2 hours'", "time_limit_min": "1440",
+        "nodes": "'gpu01'", "node_count": "greatest(1, d.n / 8)", "cpus": "d.n * 8",
+        "memory_mb": "d.n * 64000", "gpus": "d.n", "gpu_equivalent": "d.n",
+    }, f"FROM {draw}")
 
 
 def _fill_metrics_and_findings(cluster_id: int) -> None:
@@ -199,18 +170,18 @@ def _fill_metrics_and_findings(cluster_id: int) -> None:
         """A fixed pseudo-random number in [0, 1) per job and purpose (reproducible)."""
         return f"(hashtextextended(jobs_job.job_id::text, {salt}) & 1048575)::float / 1048576"
 
-    _insert_select(JobMetrics, {
+    insert_select(JobMetrics, {
         "job_id": "id", "status": "'complete'", "measure": "'sm_active'",
         "allocated_gpu_hours": "gpu_equivalent * 2",
         "useful_fraction": f"power({u(7919)}, 1.6)",
     }, f"FROM jobs_job WHERE start_time IS NOT NULL AND {u(104729)} < 0.8")
     for salt, share in ((15485863, 1 / 7), (32452843, 1 / 30)):
-        _insert_select(JobFinding, {
+        insert_select(JobFinding, {
             "job_id": "id", "key": "'input-stall'", "area": "'data'",
             "severity": "'warning'", "title": "'Input pipeline stall'",
             "text": "'The GPUs waited on the data loader.'",
         }, f"FROM jobs_job WHERE {u(salt)} < {share}")
-    _insert_select(Finding, {
+    insert_select(Finding, {
         "cluster_id": str(cluster_id), "job_id": "id", "job_id_raw": "jobs_job.job_id",
         "rule_key": "'crypto-mining'", "title": "'Mining-like GPU use'",
         "severity": "'high'", "first_seen": "submit_time", "last_seen": "submit_time",
@@ -325,7 +296,7 @@ def main(quick: bool) -> Result:
                 "load": f"wrk -t2 -c20 -d{seconds}s, {repeats} runs per view; "
                         f"gunicorn -w {WORKERS}",
                 "data": "reused from the previous run" if fill["reused"]
-                else f"filled by COPY in {fill['fill_s']} s",
+                else f"made by SQL in {fill['fill_s']} s",
                 "fill": "1 job in 10 an array task (arrays of 10); metrics on 80% of started "
                         "jobs; a diagnosis finding on 1 in 7, a security finding on 1 in 200; "
                         "u080 leads 2 teams",
