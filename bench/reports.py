@@ -1,12 +1,12 @@
 """Usage reports: GPU-hours, waits, jobs, success and efficiency per team and per user, per
 day over 28 days, over N jobs (PostgreSQL), against hand-written SQL in the same run.
 
-1. Fill a dedicated PostgreSQL database (``<BENCH_DB_PREFIX>_reports``, bench/common.py) with
-   N GPU jobs of 500 users in 50 teams over the 30 days before "now", by the SLO bench's
-   filler (``bench/slo.py``: waits, own limits, every ending, three partitions, running jobs,
+1. Fill the SLO bench's PostgreSQL database (``<BENCH_DB_PREFIX>_slo``, bench/common.py;
+   one fill serves both: 10M jobs take tens of minutes to write) with N GPU jobs of 500
+   users in 50 teams over the 30 days before "now", by the SLO bench's filler (``bench/slo.py``: waits, own limits, every ending, three partitions, running jobs,
    an archived split for 70 %), through COPY (kept between runs when the count matches).
-   N is ``BENCH_REPORTS_JOBS`` (default 1,000,000; ``--quick``: 100,000): the issue asks
-   for 10M, which this bench runs when given ``BENCH_REPORTS_JOBS=10000000``.
+   N is ``BENCH_SLO_JOBS``, the SLO bench's (default 1,000,000; ``--quick``: 100,000): the
+   issue asks for 10M, which this bench runs when given ``BENCH_SLO_JOBS=10000000``.
 2. Floor, per report: four hand-written statements computing the same figures: GPU-hours
    and useful GPU-hours per group and day (a range join of jobs with the days), jobs
    started and nearest-rank wait percentiles (``percentile_disc``) per group and day of
@@ -26,10 +26,9 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from bench.common import BenchError, Check, Result, cli, database_url, ensure_database, stats
-from bench.fill import fill_once
+from bench.common import Check, Result, cli, ensure_database, stats
+from bench.slo import DB_URL, fill, job_count
 
-DB_URL = database_url("reports")
 TEAMS, USERS_PER_TEAM = 50, 10
 DAYS = 28
 REPORTS = {"team x day": ("team", "j.team_id"), "user x day": ("user", "j.user_name")}
@@ -94,16 +93,6 @@ def _setup(data_dir: str) -> None:
     django.setup()
 
 
-def _fill(n_jobs: int) -> dict[str, Any]:
-    """Teams, users, jobs and archived splits (the SLO bench's); reused when the count
-    matches."""
-    from bench.slo import write_jobs
-
-    return fill_once(DB_URL, n_jobs, truncate=(
-        "jobs_jobmetrics", "jobs_job", "accounts_membership", "accounts_team", "auth_user"),
-        teams=TEAMS, per_team=USERS_PER_TEAM, write=write_jobs)
-
-
 def floor_sql(col: str) -> list[str]:
     """The floor's four statements for one grouping column."""
     from apps.analysis.pending import OWN_REASONS
@@ -158,13 +147,11 @@ def _agreement(floor: list[list[tuple[Any, ...]]], report: Any) -> dict[str, Any
 
 
 def main(quick: bool) -> Result:
-    n_jobs = int(os.environ.get("BENCH_REPORTS_JOBS") or (100_000 if quick else 1_000_000))
-    if n_jobs < 1000:
-        raise BenchError(f"BENCH_REPORTS_JOBS={n_jobs}: give at least 1,000 jobs")
+    n_jobs = job_count(quick)
     repeats = 3
     ensure_database(DB_URL)
     _setup(tempfile.mkdtemp(prefix="beacon-bench-"))
-    fill = _fill(n_jobs)
+    filled = fill(n_jobs)
     params = _params()
     rows, checks, agreements = [], [], []
     for label, (group, col) in REPORTS.items():
@@ -197,7 +184,7 @@ def main(quick: bool) -> Result:
         inputs={"jobs": f"{n_jobs:,}", "teams": TEAMS, "users": TEAMS * USERS_PER_TEAM,
                 "range": f"{DAYS} days, one row per group and day", "archived splits": "70 %",
                 "database": "PostgreSQL (COPY-filled, the SLO bench's jobs)",
-                "fill": f"{fill['fill_s']} s" + (" (reused)" if fill["reused"] else "")},
+                "fill": f"{filled['fill_s']} s" + (" (reused)" if filled["reused"] else "")},
         columns=["step", "time", "rows"], rows=rows, checks=checks,
         notes=["Both sides compute, per group and day: GPU-hours and useful GPU-hours inside "
                "the day, jobs started with their nearest-rank wait p50/p90/p95, endings by "
@@ -205,7 +192,7 @@ def main(quick: bool) -> Result:
                "statements' GROUP BY and the three SLO queries with the report's grouping "
                "(their scorecard extras off: burn windows, breakdown, trend days), and puts "
                "the rows together in Python. The size is "
-               "BENCH_REPORTS_JOBS; the issue's 10M is a run with that set.",
+               "BENCH_SLO_JOBS; the issue's 10M is a run with that set.",
                "Where user x day's time goes (cProfile of one build and EXPLAIN ANALYZE of its "
                "four GROUP BYs, 100k jobs): PostgreSQL takes about as long as the floor's "
                "statements (~2.5 s of sequential scans and sorts: 93 % of the jobs are in "
