@@ -138,13 +138,16 @@ def replicate_jobs(base: int, copies: int, shift_s: int = 97) -> None:
     metric_cols = [f.column for f in JobMetrics._meta.concrete_fields
                    if not f.primary_key and f.column != "job_id"]
     params = {"base": base, "shift": shift_s, "copies": copies}
+    # the column names are the models'; the numbers are parameters
+    jobs = (f"INSERT INTO jobs_job ({', '.join(job_cols)}) "  # noqa: S608
+            f"SELECT {', '.join(value(c) for c in job_cols)} FROM jobs_job j "
+            "CROSS JOIN generate_series(1, %(copies)s - 1) k")
+    metrics = (f"INSERT INTO jobs_jobmetrics ({', '.join(metric_cols)}, job_id) "  # noqa: S608
+               f"SELECT {', '.join('m.' + c for c in metric_cols)}, c.id "
+               "FROM jobs_jobmetrics m JOIN jobs_job j ON j.id = m.job_id "
+               "CROSS JOIN generate_series(1, %(copies)s - 1) k "
+               "JOIN jobs_job c ON c.cluster_id = j.cluster_id "
+               "AND c.job_id = j.job_id + k * %(base)s")
     with connection.cursor() as cur:
-        cur.execute(f"INSERT INTO jobs_job ({', '.join(job_cols)}) "
-                    f"SELECT {', '.join(value(c) for c in job_cols)} FROM jobs_job j "
-                    "CROSS JOIN generate_series(1, %(copies)s - 1) k", params)
-        cur.execute(f"INSERT INTO jobs_jobmetrics ({', '.join(metric_cols)}, job_id) "
-                    f"SELECT {', '.join('m.' + c for c in metric_cols)}, c.id "
-                    "FROM jobs_jobmetrics m JOIN jobs_job j ON j.id = m.job_id "
-                    "CROSS JOIN generate_series(1, %(copies)s - 1) k "
-                    "JOIN jobs_job c ON c.cluster_id = j.cluster_id "
-                    "AND c.job_id = j.job_id + k * %(base)s", params)
+        cur.execute(jobs, params)
+        cur.execute(metrics, params)

@@ -2,11 +2,12 @@
 day over 28 days, over N jobs (PostgreSQL), against hand-written SQL in the same run.
 
 1. Fill the SLO bench's PostgreSQL database (``<BENCH_DB_PREFIX>_slo``, bench/common.py;
-   one fill serves both: 10M jobs take tens of minutes to write) with N GPU jobs of 500
-   users in 50 teams over the 30 days before "now", by the SLO bench's filler (``bench/slo.py``: waits, own limits, every ending, three partitions, running jobs,
-   an archived split for 70 %), through COPY (kept between runs when the count matches).
-   N is ``BENCH_SLO_JOBS``, the SLO bench's (default 1,000,000; ``--quick``: 100,000): the
-   issue asks for 10M, which this bench runs when given ``BENCH_SLO_JOBS=10000000``.
+   one fill serves both) with N GPU jobs of 500 users in 50 teams over the 30 days before
+   "now", by the SLO bench's filler (``bench/slo.py``: waits, own limits, every ending,
+   three partitions, running jobs, an archived split for 70 %), through COPY (kept between
+   runs when the count matches; past 1M, 1M written and copied in SQL, bench/fill.py
+   ``replicate_jobs``). N is ``BENCH_SLO_JOBS``, the SLO bench's (default 1,000,000;
+   ``--quick``: 100,000): the issue asks for 10M, a run with ``BENCH_SLO_JOBS=10000000``.
 2. Floor, per report: four hand-written statements computing the same figures: GPU-hours
    and useful GPU-hours per group and day (a range join of jobs with the days), jobs
    started and nearest-rank wait percentiles (``percentile_disc``) per group and day of
@@ -193,19 +194,20 @@ def main(quick: bool) -> Result:
                "(their scorecard extras off: burn windows, breakdown, trend days), and puts "
                "the rows together in Python. The size is "
                "BENCH_SLO_JOBS; the issue's 10M is a run with that set.",
-               "Where user x day's time goes (cProfile of one build and EXPLAIN ANALYZE of its "
-               "four GROUP BYs, 100k jobs): PostgreSQL takes about as long as the floor's "
-               "statements (~2.5 s of sequential scans and sorts: 93 % of the jobs are in "
-               "range, so no index on user_name helps); the rest is Python over ~110k grouped "
-               "rows for ~14k user-days: Django's float()/int() per fetched value (now off: "
-               "apps.core.sql FloatSum, IntCount), each group's waits sorted again per "
-               "percentile (now read as fetched, sorted by SQL), the queue-wait breakdown "
-               "built though a report reads none, then spreading seconds over days "
-               "(apps.analysis.periods.spread) and row keys, which remain. Client CPU per "
-               "build went from 2.6-2.8 s to 2.2-2.4 s. The earlier 2.83 x (23.3 s) ran at "
-               "load average 7-8 with other work on the 2 cores: the ratio moves with load "
-               "(1.7-2.0 x before this change at load 1-3), since the floor's parallel "
-               "workers and Beacon's Python compete for the same cores."],
+               "Where user x day's time goes (cProfile of one build, 100k jobs): PostgreSQL "
+               "takes about as long as the floor's statements (sequential scans and sorts: 93 "
+               "% of the jobs are in range, so no index on user_name helps); the rest is "
+               "Python over the grouped rows. Spreading seconds over days now happens in SQL "
+               "(apps.core.sql.spread_sums: an outer query joins each (group, first day, last "
+               "day) row of the usage sums and of the efficiency days to its days and sums "
+               "there), so ~14k user-days come back instead of ~56k rows spread one by one "
+               "in Python: client CPU per build went from 2.0-2.3 s to 1.4-1.5 s (it was "
+               "2.6-2.8 s before Django's per-value converters and the breakdown were cut). "
+               "What remains in Python: the queue-wait cells' sorted waits and their "
+               "percentiles, the endings per rule and the report's rows. The ratio moves with "
+               "load, since the floor's parallel workers and Beacon's Python compete for the "
+               "same 2 cores (user x day: 2.30 x before this change at load ~10, 1.7-2.0 x "
+               "at load 1-3)."],
     )
 
 
