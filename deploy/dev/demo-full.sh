@@ -65,6 +65,14 @@ MARKER=beacon_demo_backfill
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
+# A signal ends the script with a line saying so and where it was: killed silently, a CI run
+# showed only the output before, "services: PostgreSQL and Redis are up", and no exit status.
+STEP="starting"
+for sig in TERM INT HUP; do
+  # shellcheck disable=SC2064  # the signal's name is fixed now, the step when it comes
+  trap "echo \"demo-full: stopped by SIG$sig during: \$STEP\" >&2; exit $((128 + $(kill -l $sig)))" $sig
+done
+
 fail() { # what, log: say what did not come up and the end of its log, then stop
   echo "demo-full: $1" >&2
   if [ -s "${2:-}" ]; then echo "  last lines of $2:" >&2; tail -n 15 "$2" | sed 's/^/    /' >&2; fi
@@ -88,7 +96,18 @@ holder() { # port, our pid file: who else listens on it, in words ("" when none 
   echo "$who"
 }
 
-alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A pid file holds "pid start": the process's start time (clock ticks since boot, field 22 of
+# /proc/<pid>/stat). With pid_max at 32768, a CI run starts more processes than there are
+# pids, so a pid file's pid may name a stranger by the time it is read: `down` would TERM and
+# KILL whatever holds it (another test's process, another `up`), and `up` would call a dead
+# worker "already running".
+started_at() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | awk '{print $20}'; }
+pid_of() { awk '{print $1}' "$1" 2>/dev/null; }
+alive() { # pid file: its process still runs, the same one (not a pid given out again)
+  local pid when
+  [ -s "$1" ] && read -r pid when <"$1" || return 1
+  [ -n "$when" ] && [ "$(started_at "$pid")" = "$when" ]
+}
 
 web_answers() { # the portal serves its health page; a gunicorn that exited stops the wait
   alive "$RUN/web.pid" || fail "the portal (gunicorn) exited" "$RUN/web.log"
@@ -97,9 +116,9 @@ web_answers() { # the portal serves its health page; a gunicorn that exited stop
 
 start_bg() { # name, command...
   local name=$1; shift
-  if alive "$RUN/$name.pid"; then echo "  $name already running (pid $(cat "$RUN/$name.pid"))"; return; fi
+  if alive "$RUN/$name.pid"; then echo "  $name already running (pid $(pid_of "$RUN/$name.pid"))"; return; fi
   nohup "$@" </dev/null >"$RUN/$name.log" 2>&1 &
-  echo $! >"$RUN/$name.pid"
+  echo "$! $(started_at $!)" >"$RUN/$name.pid"
   echo "  started $name (pid $!, log $RUN/$name.log)"
 }
 
@@ -212,12 +231,17 @@ up() {
   [ -s "$DEMO_DIR/cluster.json" ] || {
     echo "demo-full: $DEMO_DIR has no simulator output; run make demo-data first" >&2; exit 1; }
   mkdir -p "$RUN"
+  STEP="deploy/dev/services.sh up"
   ./deploy/dev/services.sh up
+  STEP="the telemetry stores"
   start_store Prometheus "$PROM" "$PROM_PORT" "$PROMETHEUS_URL" "$PROM_RUN" -/ready PROM_PORT
   [ -z "$VM_PARTITIONS" ] ||
     start_store VictoriaMetrics "$VM" "$VM_PORT" "$VM_URL" "$VM_RUN" health VM_PORT
+  STEP="pointing the cluster at its stores"
   point_clusters
+  STEP="backfilling the stores"
   backfill "$(demo_json now)"
+  STEP="starting Celery and the portal"
   echo "== Celery worker and beat on $REDIS_URL"
   start_bg worker "$BIN/celery" -A portal worker -Q sync,analysis -l info --concurrency 1
   start_bg beat "$BIN/celery" -A portal beat -l info --schedule "$RUN/celerybeat-schedule"
@@ -243,10 +267,10 @@ TXT
 stop_one() { # name: TERM, wait up to 20 s, then KILL; only the pid we recorded
   local name=$1 pid
   alive "$RUN/$name.pid" || { rm -f "$RUN/$name.pid"; return 0; }
-  pid=$(cat "$RUN/$name.pid")
+  pid=$(pid_of "$RUN/$name.pid")
   kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 80); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 1 80); do alive "$RUN/$name.pid" || break; sleep 0.25; done
+  alive "$RUN/$name.pid" && kill -KILL "$pid" 2>/dev/null || true
   rm -f "$RUN/$name.pid"
   echo "  stopped $name (pid $pid)"
 }
@@ -270,7 +294,7 @@ down() {
 
 status() {
   for name in web beat worker; do
-    if alive "$RUN/$name.pid"; then echo "$name: up (pid $(cat "$RUN/$name.pid"))"; else echo "$name: down"; fi
+    if alive "$RUN/$name.pid"; then echo "$name: up (pid $(pid_of "$RUN/$name.pid"))"; else echo "$name: down"; fi
   done
   "$PROM" status || true
   "$VM" status || true

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -88,7 +89,9 @@ def _why(done: subprocess.CompletedProcess[str], env: dict[str, str]) -> str:
     status and stderr, the end of its output, then the tail of every log of what it
     started (worker, beat, web, Prometheus, VictoriaMetrics)."""
     err = done.stderr.strip()
-    parts = [f"demo-full.sh {' '.join(map(str, done.args[2:]))} exited {done.returncode}: "
+    code = done.returncode  # a negative one: killed by that signal, the script had no say
+    ended = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited {code}"
+    parts = [f"demo-full.sh {' '.join(map(str, done.args[2:]))} {ended}: "
              f"{err.splitlines()[-1] if err else 'nothing on stderr'}",
              "--- stderr:", err or "(empty)", "--- stdout (last 40 lines):",
              _tail(done.stdout, 40)]
