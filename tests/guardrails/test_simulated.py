@@ -4,10 +4,13 @@ clusters' pass leaves it out."""
 
 from __future__ import annotations
 
+import io
+import json
 from datetime import timedelta
 
 import pytest
 from django.core import mail
+from django.core.management import call_command
 
 from apps.core.models import TaskRun
 from apps.guardrails import services
@@ -66,3 +69,12 @@ def test_without_a_simulated_now_or_a_store_it_is_not_checked(simulated, running
     simulated.save()
     assert services.simulated_clusters() == []  # plain make demo: no store to read
     assert not TaskRun.objects.filter(kind="guardrails_check").exists()
+
+
+def test_the_command_checks_it_at_its_simulated_now(simulated, running):
+    out = io.StringIO()
+    call_command("check_guardrails", "--cluster", simulated.name, stdout=out)
+    stats = json.loads(out.getvalue())  # its store is not there: counted, not fatal
+    assert stats["jobs"] == 1 and stats["sent"] == {}
+    run = TaskRun.objects.get(kind="guardrails_check")
+    assert run.cluster_id == simulated.pk and f"{NOW:%Y-%m-%d %H:%M}" in run.target

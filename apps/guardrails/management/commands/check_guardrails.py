@@ -39,8 +39,8 @@ class Command(BaseCommand):
             if not clusters:
                 known = Cluster.objects.filter(name=opts["cluster"]).exists()
                 raise CommandError(f"cluster {opts['cluster']!r} " + (
-                    "has no telemetry store (a simulated one without stores: use "
-                    "guardrail_report)" if known else "does not exist"))
+                    "has no Prometheus or other telemetry store (a simulated one without: "
+                    "use guardrail_report)" if known else "does not exist"))
         stats = services.run_checks(jobs=services.running_gpu_jobs(clusters))
         self.stdout.write(json.dumps(stats, indent=2, sort_keys=True, default=str))
         sent = stats["sent"]  # stdout stays one JSON document, for scripts
