@@ -20,8 +20,9 @@ and no straggler is.
 
 ``analyze(traces, config)`` returns a ``TraceAnalysis``; it takes the files read
 (``RankTrace``) or each already cut into its steps (``rank_digest.RankDigest``, what a
-reader process hands back so that a big job's events never sit in memory together); ``report(analysis)`` is the JSON
-shape that ``manage.py analyze_trace --json`` prints and the API serves.
+reader process hands back so that a big job's events never sit in memory together).
+``report(analysis)`` is the JSON shape that ``manage.py analyze_trace --json`` prints and
+the API serves.
 """
 
 from __future__ import annotations
@@ -367,7 +368,8 @@ def _span_us(trace: RankTrace | RankDigest) -> tuple[float, float] | None:
     return trace.span_us if isinstance(trace, RankDigest) else absolute_span(trace)
 
 
-def _steps_by_rank(traces: Sequence[RankDigest]) -> tuple[dict[int, dict[int, StepPhases]], dict[int, Origin], list[str]]:
+def _steps_by_rank(traces: Sequence[RankDigest]
+                   ) -> tuple[dict[int, dict[int, StepPhases]], dict[int, Origin], list[str]]:
     """Every rank's steps by step number; a step seen twice for one rank is a duplicate."""
     per_rank: dict[int, dict[int, StepPhases]] = {}
     origins: dict[int, Origin] = {}
