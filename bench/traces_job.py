@@ -314,7 +314,8 @@ def _result(quick: bool, job: Job, hta_ranks: int, size: int, made_s: float,
                f"HTA on {hta_ranks} ranks: peak RSS of its largest process "
                f"{hta['peak_rss_mib']:.0f} MiB (wait4); it holds every rank's events in "
                f"one process, so {job.world} ranks would need about "
-               f"{hta['peak_rss_mib'] * scale / 1024:.0f} GB, more than this machine's memory",
+               f"{hta['peak_rss_mib'] * scale / 1024:.0f} GB there (scaled, not run: the "
+               f"whole job would take HTA about {hta_est / 60:.0f} min of this machine)",
                f"HTA errors: {hta['output'].get('errors') or 'none'}; its imports took "
                f"{hta['imports']:.1f} s",
                f"Beacon on the subset: {ours['output']['verdict']}"])
