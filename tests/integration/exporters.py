@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import threading
@@ -406,7 +407,8 @@ def scraping_stores(targets: Sequence[Target], workdir: Path,
                     rule_files: Sequence[Path] = ()) -> Iterator[dict[str, str]]:
     """A private Prometheus (with ``rule_files``) and a private VictoriaMetrics (its own
     ``-promscrape.config``), both scraping ``targets`` every second from the same moment;
-    yields each store's URL by kind."""
+    yields each store's URL by kind, and with ``rule_files`` the URL of a ``vmalert``
+    evaluating them against VictoriaMetrics."""
     prom_config, vm_config = workdir / "prometheus.yml", workdir / "vm-scrape.yml"
     prom_config.write_text(yaml.safe_dump(prometheus_config(targets, rule_files=rule_files)))
     vm_config.write_text(yaml.safe_dump(prometheus_config(targets)))
@@ -415,7 +417,46 @@ def scraping_stores(targets: Sequence[Target], workdir: Path,
                 "victoriametrics": stack.enter_context(private_store(
                     workdir, "victoriametrics", {"VM_SCRAPE_CONFIG": str(vm_config)}))[0]}
         _wait_scraped(urls.values(), len(targets))
+        if rule_files:
+            urls["vmalert"] = stack.enter_context(vmalert(urls["victoriametrics"], rule_files,
+                                                          workdir))
         yield urls
+
+
+@contextmanager
+def vmalert(datasource: str, rule_files: Sequence[Path], workdir: Path) -> Iterator[str]:
+    """Debian's vmalert (the victoria-metrics package) evaluating ``rule_files`` every second
+    against ``datasource``, as a VictoriaMetrics site runs Prometheus's rules; yields its URL
+    (``/api/v1/rules`` and ``/api/v1/alerts`` in Prometheus's shapes). No Alertmanager: its
+    notifier points at a closed port, and the alerts stay readable on the API."""
+    require(shutil.which("vmalert") is not None, "vmalert",
+            f"{VM_SCRIPT.relative_to(ROOT)} install (the victoria-metrics package)")
+    port = free_port()
+    with (workdir / "vmalert.log").open("w") as log:
+        process = subprocess.Popen(
+            ["vmalert", f"-datasource.url={datasource}", "-evaluationInterval=1s",
+             f"-httpListenAddr=127.0.0.1:{port}", f"-notifier.url=http://127.0.0.1:{free_port()}",
+             *(f"-rule={p}" for p in rule_files)], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_answering(f"{url}/api/v1/rules", process)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _wait_answering(url: str, process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while True:
+        assert process.poll() is None, f"{process.args[0]} exited ({process.returncode})"
+        try:
+            if requests.get(url, timeout=2).ok:
+                return
+        except requests.ConnectionError:
+            pass
+        assert time.time() < deadline, f"{url} did not answer in {timeout:.0f} s"
+        time.sleep(0.2)
 
 
 def _wait_scraped(urls: Iterable[str], targets: int, timeout: float = 60) -> None:
