@@ -403,24 +403,48 @@ def prometheus_config(targets: Sequence[Target], scrape_interval: str = "1s",
 
 
 @contextmanager
-def scraping_stores(targets: Sequence[Target], workdir: Path,
-                    rule_files: Sequence[Path] = ()) -> Iterator[dict[str, str]]:
+def scraping_stores(targets: Sequence[Target], workdir: Path, rule_files: Sequence[Path] = (),
+                    nodes: Iterable[SyntheticNode] = ()) -> Iterator[dict[str, str]]:
     """A private Prometheus (with ``rule_files``) and a private VictoriaMetrics (its own
     ``-promscrape.config``), both scraping ``targets`` every second from the same moment;
     yields each store's URL by kind, and with ``rule_files`` the URL of a ``vmalert``
-    evaluating them against VictoriaMetrics."""
+    evaluating them against VictoriaMetrics. ``nodes`` tick while the stores start: the
+    first store scrapes while the second starts, and flat counters there would read as
+    idle CPUs in the windows of jobs that began before the scenario."""
     prom_config, vm_config = workdir / "prometheus.yml", workdir / "vm-scrape.yml"
     prom_config.write_text(yaml.safe_dump(prometheus_config(targets, rule_files=rule_files)))
     vm_config.write_text(yaml.safe_dump(prometheus_config(targets)))
     with ExitStack() as stack:
-        urls = {"prometheus": stack.enter_context(private_prometheus(workdir, prom_config))[0],
-                "victoriametrics": stack.enter_context(private_store(
-                    workdir, "victoriametrics", {"VM_SCRAPE_CONFIG": str(vm_config)}))[0]}
-        _wait_scraped(urls.values(), len(targets))
-        if rule_files:
-            urls["vmalert"] = stack.enter_context(vmalert(urls["victoriametrics"], rule_files,
-                                                          workdir))
+        with ticking(nodes):
+            urls = {"prometheus": stack.enter_context(
+                        private_prometheus(workdir, prom_config))[0],
+                    "victoriametrics": stack.enter_context(private_store(
+                        workdir, "victoriametrics", {"VM_SCRAPE_CONFIG": str(vm_config)}))[0]}
+            _wait_scraped(urls.values(), len(targets))
+            if rule_files:
+                urls["vmalert"] = stack.enter_context(
+                    vmalert(urls["victoriametrics"], rule_files, workdir))
         yield urls
+
+
+@contextmanager
+def ticking(nodes: Iterable[SyntheticNode], every: float = 0.5) -> Iterator[None]:
+    """``nodes``' counters advancing in a thread of their own until the block ends (then the
+    scenario's loop ticks them: never two tickers at once, they share temporary files)."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(every):
+            for node in nodes:
+                node.tick()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 @contextmanager
@@ -516,7 +540,7 @@ def scraped_site(workdir: Path, nodes: dict[str, SyntheticNode],
         targets = [Target("node", stack.enter_context(node_exporter(node, workdir / "run")),
                           host, 9100) for host, node in nodes.items()]
         targets += [Target("dcgm", endpoint.port, host, 9400) for host, endpoint in dcgm.items()]
-        urls = stack.enter_context(scraping_stores(targets, workdir))
+        urls = stack.enter_context(scraping_stores(targets, workdir, nodes=nodes.values()))
         yield run_scenario(urls, duration, lambda t: [node.tick() for node in nodes.values()])
 
 

@@ -110,7 +110,7 @@ def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
                    Target("dcgm", dcgm["live01"].port, "live01", 9400),
                    Target("dcgm", dcgm["live02"].port, "live02", 9400)]
         rules = [RULES / "security.yml", RULES / "gpu_alerts.yml"]
-        with scraping_stores(targets, work, rules) as urls:
+        with scraping_stores(targets, work, rules, nodes.values()) as urls:
             done: set[str] = set()
 
             def step(t: float) -> None:

@@ -95,7 +95,7 @@ def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
     with amd, dcgm, node_exporter(node, work / "run") as ne:
         targets = [Target("node", ne, "mi01", 9100), Target("amd", amd.port, "mi01", 5000),
                    Target("dcgm", dcgm.port, "live03", 9400)]
-        with scraping_stores(targets, work) as urls:
+        with scraping_stores(targets, work, nodes=[node]) as urls:
             done: set[str] = set()
 
             def step(t: float) -> None:
