@@ -206,8 +206,11 @@ def test_node_telemetry_holds_on_a_target_scraped_twice_and_a_counter_reset(site
     busy02 = sorted(v for t, v in live02["ib"] if t > site.t0 + 30)
     assert busy02[len(busy02) // 2] == pytest.approx(2 * IB_LIVE02, rel=0.2)
     assert max(v for _, v in live02["pkey_errors"]) >= 3
-    egress = [v for _, v in live01["egress"]]
-    assert egress and all(v == pytest.approx(2e6, rel=0.3) for v in egress[1:])
+    # The median holds the rate; no bucket reads it doubled (the writer's ticks jitter single
+    # buckets by a tick on a loaded machine: 2.74e6 was seen once with several exporters up)
+    egress = sorted(v for _, v in live01["egress"][1:])
+    assert egress and egress[len(egress) // 2] == pytest.approx(2e6, rel=0.3), egress
+    assert max(egress) < 1.75 * 2e6, egress
     gpus = {(s.label("Hostname", "hostname"), s.labels.get("gpu"), s.labels.get("GPU_I_ID"))
             for m, s in raw.gpus if m == "gpu_util"}
     assert gpus >= {("live01", "0", None), ("live01", "1", None), ("live02", "0", "1"),
