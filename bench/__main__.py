@@ -35,6 +35,7 @@ BENCHMARKS = [
     "detect_scale",   # issue 17: one live detection window at 1k-10k GPUs
     "archive_drop",   # issue 29: dropping a month of the partitioned archive
     "detect_stores",  # issue 29: detection over 4 stores, floor vs big size: CPU/GPU, RSS
+    "traces_job",     # issue 29: 64 ranks x 110 MB through a Celery worker vs HTA
 ]
 SECTION = re.compile(r"<!-- bench:(\w+) -->\n(.*?)<!-- /bench:\1 -->\n", re.S)
 

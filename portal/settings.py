@@ -352,7 +352,7 @@ TASK_KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
     "reports": (env_int("TASK_TIME_LIMIT_REPORTS", 1800, minimum=60), (
         "apps.slo.tasks.evaluate_slos", "apps.chargeback.tasks.refresh_drafts",
         "apps.chargeback.tasks.refresh_month", "apps.guardrails.tasks.check_running_jobs",
-        "apps.guardrails.tasks.send_digests")),
+        "apps.guardrails.tasks.check_simulated_cluster", "apps.guardrails.tasks.send_digests")),
 }
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("TASK_TIME_LIMIT_DEFAULT", 300, minimum=10)
 CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + TASK_TIME_LIMIT_GRACE

@@ -39,8 +39,11 @@ SHARED = re.compile(r"""mark\.integration\(\s*["'](slurm|prometheus|redis)["']""
 SERVICES = "services"
 VICTORIA_METRICS = "victoriametrics"
 # a Slurm test's release, from its parameter id: test_x[slurm-24.11-rest], test_y[slurm-22.05];
-# a telemetry test's VictoriaMetrics run: test_z[victoriametrics-5001]
-RELEASE = re.compile(r"\[(?:.*-)?(slurm-\d+\.\d+|victoriametrics)(?:-.*)?\]$")
+# a telemetry test's VictoriaMetrics run: test_z[victoriametrics-5001]. A Slurm test that
+# also runs on each store (test_w[slurm-22.05-victoriametrics]) is its release's: the
+# store it runs on is its own (exporters.private_store), the cluster is the lane's.
+RELEASE = re.compile(r"\[(?:.*-)?(slurm-\d+\.\d+)(?:-.*)?\]$")
+STORE = re.compile(r"\[(?:.*-)?(victoriametrics)(?:-.*)?\]$")
 
 
 @cache
@@ -161,5 +164,5 @@ def _lane_of(nodeid: str) -> str:
     """The shared service lane a test belongs to, or "" for none."""
     if not _uses_a_shared_service(nodeid.split("::", 1)[0]):
         return ""
-    release = RELEASE.search(nodeid)
-    return release.group(1) if release else SERVICES
+    lane = RELEASE.search(nodeid) or STORE.search(nodeid)
+    return lane.group(1) if lane else SERVICES

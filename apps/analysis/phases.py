@@ -18,8 +18,11 @@ Traces of different runs are never compared: files that disagree on the GPU mode
 world size, the backend, or that were recorded at times no other file covers are named,
 and no straggler is.
 
-``analyze(traces, config)`` returns a ``TraceAnalysis``; ``report(analysis)`` is the JSON
-shape that ``manage.py analyze_trace --json`` prints and the API serves.
+``analyze(traces, config)`` returns a ``TraceAnalysis``; it takes the files read
+(``RankTrace``) or each already cut into its steps (``rank_digest.RankDigest``, what a
+reader process hands back so that a big job's events never sit in memory together).
+``report(analysis)`` is the JSON shape that ``manage.py analyze_trace --json`` prints and
+the API serves.
 """
 
 from __future__ import annotations
@@ -31,13 +34,12 @@ from statistics import median
 from typing import Any
 
 from apps.analysis.gpu_timeline import GpuStep, mean_gpu
+from apps.analysis.rank_digest import RankDigest, absolute_span, digest
 from apps.analysis.step_phases import (
     OWN_PHASES,
     PHASES,
     PhaseConfig,
-    RankSteps,
     StepPhases,
-    rank_steps,
 )
 from apps.analysis.trace_types import Origin, RankTrace
 
@@ -45,9 +47,6 @@ __all__ = ["PHASES", "PhaseConfig", "RankResult", "Straggler", "TraceAnalysis",
            "TraceAnalysisError", "analyze", "device_of", "recorded_span", "report",
            "with_skipped"]
 
-# Timestamps above this are epoch microseconds (after 2001-09-09): traces without
-# baseTimeNanoseconds carry absolute times; relative ones stay under ~7.9e12 (a trimonth).
-EPOCH_US_FLOOR = 1e15
 GPU_IDLE_CHECKS = ("launch and dispatch overhead on the CPU (Python, many small kernels: "
                    "fuse them or capture CUDA graphs)",
                    "synchronising calls (.item(), .cpu(), .tolist(), cudaStreamSynchronize, "
@@ -194,23 +193,37 @@ def _steps_text(steps: Sequence[int]) -> str:
 # --- Entry point -------------------------------------------------------------------------
 
 
-def analyze(traces: Sequence[RankTrace], config: PhaseConfig | None = None) -> TraceAnalysis:
+def analyze(traces: Sequence[RankTrace | RankDigest],
+            config: PhaseConfig | None = None) -> TraceAnalysis:
     """Analyse the trace files of one run (one or more files per rank).
 
-    1. Group files by rank (from distributedInfo) and check they belong to one run.
-    2. Cut every file into steps and phases; merge the files of each rank.
-    3. Keep the steps every rank has, and compare the ranks step by step.
+    1. Cut every file into steps and phases (unless a digest already is).
+    2. Group files by rank (from distributedInfo) and check they belong to one run.
+    3. Merge the files of each rank, keep the steps every rank has, and compare the ranks
+       step by step.
     """
     config = config or PhaseConfig()
     if not traces:
         raise TraceAnalysisError("no trace files to analyse")
+    return _analyze([_digested(t, config) for t in traces], config)
+
+
+def _digested(trace: RankTrace | RankDigest, config: PhaseConfig) -> RankDigest:
+    if not isinstance(trace, RankDigest):
+        return digest(trace, config)
+    if trace.config != config:
+        raise ValueError(f"{trace.source} was cut into steps under another PhaseConfig")
+    return trace
+
+
+def _analyze(traces: Sequence[RankDigest], config: PhaseConfig) -> TraceAnalysis:
     world, warnings = _run_shape(traces)
     kept = [t for t in traces if _world(t) in (world, None)]
     warnings += [f"{t.source}: world size {_world(t)} differs from the other files' {world}: "
                  f"left out" for t in traces if _world(t) not in (world, None)]
     mixed = _mixed_runs(traces)
     warnings += mixed
-    per_rank, origins, more = _steps_by_rank(kept, config)
+    per_rank, origins, more = _steps_by_rank(kept)
     warnings += more
     if not any(per_rank.values()):
         # the reason is in the steps, not in distributedInfo or the run's shape
@@ -274,15 +287,15 @@ def _device_json(origin: Origin) -> dict[str, Any] | None:
 # --- One run, ranks and steps ------------------------------------------------------------
 
 
-def _world(trace: RankTrace) -> int | None:
+def _world(trace: RankDigest) -> int | None:
     return trace.distributed.world_size if trace.distributed else 1
 
 
-def _rank(trace: RankTrace) -> int:
+def _rank(trace: RankDigest) -> int:
     return trace.distributed.rank if trace.distributed else 0
 
 
-def _run_shape(traces: Sequence[RankTrace]) -> tuple[int, list[str]]:
+def _run_shape(traces: Sequence[RankDigest]) -> tuple[int, list[str]]:
     """The world size most files agree on, and warnings about files without one."""
     warnings = [f"{t.source}: no distributedInfo (not a torch.distributed run?): treated as "
                 f"rank 0 of 1" for t in traces if t.distributed is None]
@@ -291,14 +304,14 @@ def _run_shape(traces: Sequence[RankTrace]) -> tuple[int, list[str]]:
     return world, warnings
 
 
-def _mixed_runs(traces: Sequence[RankTrace]) -> list[str]:
+def _mixed_runs(traces: Sequence[RankDigest]) -> list[str]:
     """Evidence that the files come from different runs or jobs (each a warning).
 
     A run is one world size, one backend and NCCL version, one GPU model, and its ranks
     trace the same seconds; on one host, one process is one rank.
     """
     found: list[str] = []
-    keys: tuple[tuple[str, Callable[[RankTrace], object]], ...] = (
+    keys: tuple[tuple[str, Callable[[RankDigest], object]], ...] = (
         ("world size", lambda t: t.distributed and t.distributed.world_size),
         ("backend", lambda t: t.distributed and t.distributed.backend),
         ("NCCL version", lambda t: t.distributed and t.distributed.nccl_version),
@@ -325,15 +338,15 @@ def _mixed_runs(traces: Sequence[RankTrace]) -> list[str]:
     return found
 
 
-def _name(trace: RankTrace) -> str:
+def _name(trace: RankDigest) -> str:
     return trace.source.rsplit("/", 1)[-1]
 
 
-def _time_overlap_warnings(traces: Sequence[RankTrace]) -> list[str]:
+def _time_overlap_warnings(traces: Sequence[RankDigest]) -> list[str]:
     """Ranks of one run trace the same seconds; a file that overlaps no other is foreign."""
     if len(traces) < 2:
         return []
-    spans = {t.source: span for t in traces if (span := _absolute_span(t)) is not None}
+    spans = {t.source: span for t in traces if (span := t.span_us) is not None}
     if len(spans) < 2:
         return []
     lonely = [source for source, (lo, hi) in spans.items()
@@ -343,37 +356,26 @@ def _time_overlap_warnings(traces: Sequence[RankTrace]) -> list[str]:
             f"run or job?" for source in lonely]
 
 
-def recorded_span(traces: Sequence[RankTrace]) -> tuple[int, int] | None:
+def recorded_span(traces: Sequence[RankTrace | RankDigest]) -> tuple[int, int] | None:
     """When the traces were recorded: first and last instant, in epoch nanoseconds."""
-    spans = [span for t in traces if (span := _absolute_span(t)) is not None]
+    spans = [span for t in traces if (span := _span_us(t)) is not None]
     if not spans:
         return None
     return int(min(lo for lo, _ in spans) * 1000), int(max(hi for _, hi in spans) * 1000)
 
 
-def _absolute_span(trace: RankTrace) -> tuple[float, float] | None:
-    """First and last instant of the file, in epoch microseconds.
-
-    With ``baseTimeNanoseconds`` the times are relative to it; without, many real traces
-    carry epoch microseconds already (recognised by their size); otherwise unknown.
-    """
-    if not trace.events:
-        return None
-    lo, hi = min(e.ts for e in trace.events), max(e.end for e in trace.events)
-    if trace.base_time_ns is not None:
-        base_us = trace.base_time_ns / 1000
-        return base_us + lo, base_us + hi
-    return (lo, hi) if lo >= EPOCH_US_FLOOR else None
+def _span_us(trace: RankTrace | RankDigest) -> tuple[float, float] | None:
+    return trace.span_us if isinstance(trace, RankDigest) else absolute_span(trace)
 
 
-def _steps_by_rank(traces: Sequence[RankTrace], config: PhaseConfig
+def _steps_by_rank(traces: Sequence[RankDigest]
                    ) -> tuple[dict[int, dict[int, StepPhases]], dict[int, Origin], list[str]]:
     """Every rank's steps by step number; a step seen twice for one rank is a duplicate."""
     per_rank: dict[int, dict[int, StepPhases]] = {}
     origins: dict[int, Origin] = {}
     warnings: list[str] = []
     for trace in traces:
-        cut: RankSteps = rank_steps(trace, config)
+        cut = trace.cut
         warnings += cut.warnings
         rank = _rank(trace)
         steps = per_rank.setdefault(rank, {})

@@ -92,6 +92,10 @@ class Cluster(TimeStampedModel):
     description = models.TextField(blank=True)
     is_simulated = models.BooleanField(
         default=False, help_text="Data comes from Beacon's simulator, not a real cluster")
+    simulated_now = models.DateTimeField(
+        null=True, blank=True,
+        help_text='A simulated cluster\'s "now": where its saved Slurm output and telemetry '
+                  "end (load_demo sets it); live passes over it (guardrails) run at this time")
     slurm_backend = models.CharField(max_length=16, choices=SlurmBackend.choices,
                                      default=SlurmBackend.NONE)
     slurm_settings = models.JSONField(

@@ -137,6 +137,8 @@ def ensure_cluster(desc: dict[str, Any], folder: Path) -> Cluster:
         labels["exporters"] = exporters
     cluster, _ = Cluster.objects.update_or_create(name=desc["name"], defaults={
         "display_name": f"{desc['name']} (simulated)", "is_simulated": True,
+        # the saved moment: make demo-full's live guardrails pass runs at it (issue 29)
+        "simulated_now": datetime.fromtimestamp(int(desc["now"]), tz=UTC),
         "slurm_backend": Cluster.SlurmBackend.FILES,
         "slurm_settings": {"dir": str((folder / "slurm").resolve())},
         "metric_labels": labels,

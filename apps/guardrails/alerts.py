@@ -22,8 +22,12 @@ from apps.jobs.models import Job
 log = logging.getLogger(__name__)
 
 
-def raise_alerts(job: Job, view: LiveJob, now: datetime, config: AlertConfig) -> list[Alert]:
-    """Store the alerts ``view`` calls for that ``job`` does not have yet; return the new ones."""
+def raise_alerts(job: Job, view: LiveJob, now: datetime, config: AlertConfig,
+                 status: str | None = None) -> list[Alert]:
+    """Store the alerts ``view`` calls for that ``job`` does not have yet; return the new ones.
+
+    ``status`` overrides whether they are sent: ``Alert.Status.SIMULATED`` (a simulated
+    cluster's live pass, make demo-full) keeps them for the pages and sends nothing."""
     raised = evaluate(view, config)
     if not raised:
         return []
@@ -32,7 +36,7 @@ def raise_alerts(job: Job, view: LiveJob, now: datetime, config: AlertConfig) ->
     for r in raised:
         if r.kind in have:
             continue
-        alert = _alert(job, r, now)
+        alert = _alert(job, r, now, status)
         try:
             with transaction.atomic():
                 alert.save()

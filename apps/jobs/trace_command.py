@@ -18,6 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,6 +30,7 @@ from apps.analysis.phases import (
     report,
     with_skipped,
 )
+from apps.analysis.rank_digest import digest
 from apps.analysis.step_phases import PhaseConfig
 from apps.core.errors import AdapterError
 from apps.jobs.adapters.kineto import MIB, TraceLimits, read_trace_paths
@@ -112,7 +114,10 @@ def execute(options: dict[str, Any], out: Callable[[str], Any],
     try:
         config = config_from(options)
         workers = options.get("jobs") or os.cpu_count() or 1
-        reading = read_trace_paths(options["paths"], limits_from_env(), workers)
+        # each file cut into its steps in the process that read it: in parallel, and the
+        # events of one file are gone before the next is read
+        reading = read_trace_paths(options["paths"], limits_from_env(), workers,
+                                   partial(digest, config=config))
         analysis = with_skipped(analyze(reading.traces, config), reading.problems)
     except (AdapterError, TraceAnalysisError, ValueError) as exc:
         raise TraceCommandError(str(exc)) from exc

@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings
@@ -33,7 +34,7 @@ from apps.analysis.phases import (
     recorded_span,
     with_skipped,
 )
-from apps.analysis.trace_types import RankTrace
+from apps.analysis.rank_digest import RankDigest, digest
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
 from apps.jobs.adapters.kineto import (
@@ -69,18 +70,21 @@ def trace_config(**overrides: float) -> PhaseConfig:
     return PhaseConfig(**values)  # type: ignore[arg-type]
 
 
-def read_traces(paths: Sequence[Path], limits: TraceLimits | None = None,
-                workers: int = 1) -> TraceReading:
+def read_traces(paths: Sequence[Path], config: PhaseConfig, limits: TraceLimits | None = None,
+                workers: int = 1) -> TraceReading[RankDigest]:
     """Read every trace file under ``paths`` within the configured limits (see
-    ``kineto.read_trace_paths``)."""
-    return read_trace_paths(paths, limits or trace_limits(), workers)
+    ``kineto.read_trace_paths``), each cut into its steps as soon as it is read: only one
+    file's events are ever in memory (per reader), whatever the number of ranks."""
+    return read_trace_paths(paths, limits or trace_limits(), workers,
+                            partial(digest, config=config))
 
 
 def analyze_paths(paths: Sequence[Path], config: PhaseConfig | None = None,
                   limits: TraceLimits | None = None, workers: int = 1) -> TraceAnalysis:
     """Read and analyse the traces of one run; skipped files make the result partial."""
-    reading = read_traces(paths, limits, workers)
-    return with_skipped(analyze(reading.traces, config or trace_config()), reading.problems)
+    config = config or trace_config()
+    reading = read_traces(paths, config, limits, workers)
+    return with_skipped(analyze(reading.traces, config), reading.problems)
 
 
 def import_trace(job: Job, paths: Sequence[Path], config: PhaseConfig | None = None,
@@ -98,10 +102,10 @@ def import_trace(job: Job, paths: Sequence[Path], config: PhaseConfig | None = N
     job page shows them to anyone who sees the job (issue 27).
     """
     names = dict(names) if names is not None else _file_names(paths)
+    config = config or trace_config()
     try:
-        reading = _named(read_traces(paths, limits), names)
-        analysis = with_skipped(analyze(reading.traces, config or trace_config()),
-                                reading.problems)
+        reading = _named(read_traces(paths, config, limits), names)
+        analysis = with_skipped(analyze(reading.traces, config), reading.problems)
     except AdapterError as exc:
         raise type(exc)(without_paths(str(exc), names), service=exc.service,
                         detail=without_paths(exc.detail, names)) from None
@@ -126,11 +130,20 @@ def _file_names(paths: Sequence[Path]) -> dict[str, str]:
     return names
 
 
-def _named(reading: TraceReading, names: Mapping[str, str]) -> TraceReading:
-    """The reading with each file's ``source`` and every problem in ``names``' words."""
-    traces = [replace(t, source=names.get(t.source, Path(t.source).name))
-              for t in reading.traces]
-    return TraceReading(traces, [without_paths(p, names) for p in reading.problems])
+def _named(reading: TraceReading[RankDigest],
+           names: Mapping[str, str]) -> TraceReading[RankDigest]:
+    """The reading with each file's ``source``, its steps' warnings and every problem in
+    ``names``' words."""
+    return TraceReading([_renamed(t, names.get(t.source, Path(t.source).name), names)
+                         for t in reading.traces],
+                        [without_paths(p, names) for p in reading.problems])
+
+
+def _renamed(trace: RankDigest, name: str, names: Mapping[str, str]) -> RankDigest:
+    """The digest under ``name``: its warnings were written with the server's path."""
+    warnings = tuple(without_paths(w.replace(trace.source, name), names)
+                     for w in trace.cut.warnings)
+    return replace(trace, source=name, cut=replace(trace.cut, source=name, warnings=warnings))
 
 
 def without_paths(message: str, names: Mapping[str, str]) -> str:
@@ -141,7 +154,7 @@ def without_paths(message: str, names: Mapping[str, str]) -> str:
     return message
 
 
-def _recorded_span(traces: Sequence[RankTrace]) -> tuple[datetime, datetime] | None:
+def _recorded_span(traces: Sequence[RankDigest]) -> tuple[datetime, datetime] | None:
     span = recorded_span(traces)
     if span is None:
         return None
@@ -169,7 +182,7 @@ def fingerprint(file_digests: Sequence[str]) -> str:
 
 
 @transaction.atomic
-def _store(job: Job, traces: Sequence[RankTrace], analysis: TraceAnalysis,
+def _store(job: Job, traces: Sequence[RankDigest], analysis: TraceAnalysis,
            span: tuple[datetime, datetime] | None) -> TraceRun:
     fingerprint_ = fingerprint([t.sha256 for t in traces])
     straggler = analysis.straggler

@@ -52,8 +52,12 @@ INI
 down() {
   if [ -f "$DIR/pgbouncer.pid" ]; then
     pid=$(cat "$DIR/pgbouncer.pid")
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    # A pid file left by a pgbouncer that died may name a pid the kernel gave out again
+    # (pid_max 32768 turns over within a CI run): only a pgbouncer gets the signal.
+    if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = pgbouncer ]; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    fi
   fi
   rm -rf "$DIR"
 }

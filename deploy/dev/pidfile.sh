@@ -45,15 +45,21 @@ wait_ready() {
   # Watch the pid we started, not its cmdline: between fork and exec the child still shows
   # this script's cmdline, and reading it then made a healthy start look like an exit (a CI
   # flake under load). The cmdline guard is for pid files read later (our_pid).
-  local pid
+  # A deadline in seconds (READY_WAIT, 120), not a count of tries: on a busy machine each
+  # try (a curl of up to 2 s, a sleep) takes longer, and 240 of them ran for minutes, past
+  # the caller's own timeout, so the caller was killed before this could say why.
+  local pid wait=${READY_WAIT:-120} deadline
+  deadline=$((SECONDS + ${READY_WAIT:-120}))
   pid=$(cat "$PIDFILE" 2>/dev/null || true)
-  for _ in $(seq 1 240); do
+  while :; do
     ready && return 0
     if [ -z "$pid" ] || ! alive "$pid"; then
       echo "$NAME: $SERVER exited; see $LOG" >&2; tail -5 "$LOG" >&2; return 1
     fi
+    [ "$SECONDS" -lt "$deadline" ] || break
     sleep 0.5
   done
-  echo "$NAME: not ready after 120 s; see $LOG" >&2
+  echo "$NAME: $SERVER (pid $pid) not ready on $LISTEN after $wait s; see $LOG" >&2
+  tail -5 "$LOG" >&2
   return 1
 }

@@ -59,6 +59,7 @@ FAILURES = {
     "detect_scale": ({"PATH": "{empty}"}, "`prometheus` is not installed"),
     "detect_stores": ({"PATH": "{empty}"}, "`prometheus` is not installed"),
     "archive_drop": POSTGRES_DOWN,
+    "traces_job": POSTGRES_DOWN,
 }
 
 

@@ -15,6 +15,7 @@ COLLECTION = [
     f"{SLURM}::test_wave[slurm-26.05]",
     f"{PROM}::test_rules",
     f"{PROM}::test_store[victoriametrics-5001]",
+    f"{SLURM}::test_policy[slurm-24.11-victoriametrics]",
     f"{PLAIN}::test_b",
 ]
 
@@ -25,13 +26,13 @@ def test_with_a_worker_per_lane_each_release_and_the_other_services_run_apart():
                      "gw3": "slurm-26.05", "gw4": "victoriametrics"}
     assert [scope_of[n] for n in COLLECTION] == [
         f"{PLAIN}#1", "slurm-22.05", "slurm-24.11", "slurm-26.05", "services",
-        "victoriametrics", f"{PLAIN}#2"]
+        "victoriametrics", "slurm-24.11", f"{PLAIN}#2"]  # a Slurm test on a private store
 
 
 def test_with_too_few_workers_every_lane_runs_on_the_first_one_in_collection_order():
     scope_of, lanes = plan(COLLECTION, workers=3)
     assert lanes == {"gw0": "services"}
-    assert [scope_of[n] for n in COLLECTION[1:6]] == ["services"] * 5
+    assert [scope_of[n] for n in COLLECTION[1:7]] == ["services"] * 6
 
 
 def test_one_worker_or_no_shared_service_keeps_nothing_apart():

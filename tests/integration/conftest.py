@@ -1,10 +1,11 @@
 """Fixtures of the integration tests: one real Slurm dev cluster per release, each telemetry
-store."""
+store, each store's view of a module's real exporters."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.integration.exporters import STORE_KINDS, Scrape, Site
 from tests.integration.prom import STORES, Store
 from tests.integration.slurm import RELEASES, SlurmDev
 
@@ -34,3 +35,11 @@ def store(request: pytest.FixtureRequest) -> Store:
     chosen: Store = request.param
     chosen.require()
     return chosen
+
+
+@pytest.fixture(scope="module", params=STORE_KINDS)
+def site(request: pytest.FixtureRequest, scrape: Scrape) -> Site:
+    """Each store's view of the module's ``scrape`` (real exporters scraped by a private
+    Prometheus and a private VictoriaMetrics at once, ``exporters.scraped_site``): the
+    module's tests run on one, then on the other, against the same samples."""
+    return scrape.site(str(request.param))

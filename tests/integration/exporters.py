@@ -23,16 +23,18 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import requests
 import yaml
 
 from tests.integration.services import require
@@ -357,7 +359,12 @@ class DcgmEndpoint:
                         setattr(gpu, key, value)
 
 
-# --- Prometheus ------------------------------------------------------------------------
+# --- The stores that scrape them: Prometheus and VictoriaMetrics ----------------------
+
+STORE_KINDS = ("prometheus", "victoriametrics")
+# VictoriaMetrics answers from a sample only this long after it was scraped (its
+# -search.latencyOffset, default flags): before that a query repeats the value before it.
+VM_LATENCY_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -372,13 +379,12 @@ class Target:
 
 def prometheus_config(targets: Sequence[Target], scrape_interval: str = "1s",
                       rule_files: Sequence[Path] = ()) -> dict[str, object]:
+    """A scrape config for ``targets``; with ``rule_files``, Prometheus's rules section."""
     jobs: dict[str, list[Target]] = {}
     for target in targets:
         jobs.setdefault(target.job, []).append(target)
-    return {
-        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval,
-                   "scrape_timeout": scrape_interval},
-        "rule_files": [str(p) for p in rule_files],
+    config: dict[str, object] = {
+        "global": {"scrape_interval": scrape_interval, "scrape_timeout": scrape_interval},
         "scrape_configs": [{
             "job_name": job,
             "static_configs": [{"targets": [f"127.0.0.1:{t.port}"],
@@ -389,46 +395,164 @@ def prometheus_config(targets: Sequence[Target], scrape_interval: str = "1s",
                                  "target_label": "instance"}],
         } for job, items in jobs.items()],
     }
+    if rule_files:  # VictoriaMetrics refuses the section: rules are vmalert's there
+        config["global"] = {**config["global"],  # type: ignore[dict-item]
+                            "evaluation_interval": scrape_interval}
+        config["rule_files"] = [str(p) for p in rule_files]
+    return config
 
 
 @contextmanager
-def scraping_prometheus(targets: Sequence[Target], workdir: Path,
-                        rule_files: Sequence[Path] = ()) -> Iterator[str]:
-    """A private Prometheus scraping ``targets`` every second; yields its URL."""
-    config = workdir / "prometheus.yml"
-    config.write_text(yaml.safe_dump(prometheus_config(targets, rule_files=rule_files)))
-    with private_prometheus(workdir, config) as (url, _env):
+def scraping_stores(targets: Sequence[Target], workdir: Path, rule_files: Sequence[Path] = (),
+                    nodes: Iterable[SyntheticNode] = ()) -> Iterator[dict[str, str]]:
+    """A private Prometheus (with ``rule_files``) and a private VictoriaMetrics (its own
+    ``-promscrape.config``), both scraping ``targets`` every second from the same moment;
+    yields each store's URL by kind, and with ``rule_files`` the URL of a ``vmalert``
+    evaluating them against VictoriaMetrics. ``nodes`` tick while the stores start: the
+    first store scrapes while the second starts, and flat counters there would read as
+    idle CPUs in the windows of jobs that began before the scenario."""
+    prom_config, vm_config = workdir / "prometheus.yml", workdir / "vm-scrape.yml"
+    prom_config.write_text(yaml.safe_dump(prometheus_config(targets, rule_files=rule_files)))
+    vm_config.write_text(yaml.safe_dump(prometheus_config(targets)))
+    with ExitStack() as stack:
+        with ticking(nodes):
+            urls = {"prometheus": stack.enter_context(
+                        private_prometheus(workdir, prom_config))[0],
+                    "victoriametrics": stack.enter_context(private_store(
+                        workdir, "victoriametrics", {"VM_SCRAPE_CONFIG": str(vm_config)}))[0]}
+            _wait_scraped(urls.values(), len(targets))
+            if rule_files:
+                urls["vmalert"] = stack.enter_context(
+                    vmalert(urls["victoriametrics"], rule_files, workdir))
+        yield urls
+
+
+@contextmanager
+def ticking(nodes: Iterable[SyntheticNode], every: float = 0.5) -> Iterator[None]:
+    """``nodes``' counters advancing in a thread of their own until the block ends (then the
+    scenario's loop ticks them: never two tickers at once, they share temporary files)."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(every):
+            for node in nodes:
+                node.tick()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+@contextmanager
+def vmalert(datasource: str, rule_files: Sequence[Path], workdir: Path) -> Iterator[str]:
+    """Debian's vmalert (the victoria-metrics package) evaluating ``rule_files`` every second
+    against ``datasource``, as a VictoriaMetrics site runs Prometheus's rules; yields its URL
+    (``/api/v1/rules`` and ``/api/v1/alerts`` in Prometheus's shapes). No Alertmanager: its
+    notifier points at a closed port, and the alerts stay readable on the API."""
+    require(shutil.which("vmalert") is not None, "vmalert",
+            f"{VM_SCRIPT.relative_to(ROOT)} install (the victoria-metrics package)")
+    port = free_port()
+    with (workdir / "vmalert.log").open("w") as log:
+        process = subprocess.Popen(
+            ["vmalert", f"-datasource.url={datasource}", "-evaluationInterval=1s",
+             f"-httpListenAddr=127.0.0.1:{port}", f"-notifier.url=http://127.0.0.1:{free_port()}",
+             *(f"-rule={p}" for p in rule_files)], stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_answering(f"{url}/api/v1/rules", process)
         yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def _wait_answering(url: str, process: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while True:
+        assert process.poll() is None, f"{process.args[0]} exited ({process.returncode})"
+        try:
+            if requests.get(url, timeout=2).ok:
+                return
+        except requests.ConnectionError:
+            pass
+        assert time.time() < deadline, f"{url} did not answer in {timeout:.0f} s"
+        time.sleep(0.2)
+
+
+def _wait_scraped(urls: Iterable[str], targets: int, timeout: float = 60) -> None:
+    """Until every store has scraped every target once, so that both stores' first samples
+    are of the same moment. Asked of the targets API (both stores have it): VictoriaMetrics
+    answers queries from a sample only 30 s after it (``VM_LATENCY_S``)."""
+    deadline = time.time() + timeout
+    for url in urls:
+        while True:
+            body = requests.get(f"{url}/api/v1/targets", timeout=5).json()
+            if sum(t["health"] == "up" for t in body["data"]["activeTargets"]) >= targets:
+                break
+            assert time.time() < deadline, f"{url} has not scraped its {targets} targets"
+            time.sleep(0.2)
 
 
 @dataclass(frozen=True)
 class Site:
-    """A private Prometheus (``url``) that scraped a test's nodes from ``t0`` to ``end``."""
+    """A private store (``url``, of ``kind``) that scraped a test's nodes from ``t0`` to
+    ``end``."""
 
     url: str
     t0: float
     end: float
+    kind: str = "prometheus"
+
+    def metric_labels(self, **labels: object) -> dict[str, object]:
+        """A cluster's ``metric_labels`` reading this site: its store named, so that Beacon
+        asks it in its own query engine (docs/metrics.md, "Stores")."""
+        return {**labels, "store": self.kind}
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """The stores that scraped the same targets at once, from ``t0`` to ``end``."""
+
+    urls: dict[str, str]
+    t0: float
+    end: float
+
+    def site(self, kind: str) -> Site:
+        """One store's view; VictoriaMetrics' once it shows the samples up to ``end``."""
+        if kind == "victoriametrics":
+            time.sleep(max(0.0, self.end + VM_LATENCY_S + 1 - time.time()))
+        return Site(self.urls[kind], self.t0, self.end, kind)
 
 
 @contextmanager
 def scraped_site(workdir: Path, nodes: dict[str, SyntheticNode],
-                 dcgm: dict[str, DcgmEndpoint], duration: float) -> Iterator[Site]:
+                 dcgm: dict[str, DcgmEndpoint], duration: float) -> Iterator[Scrape]:
     """``nodes`` served by node_exporters and ``dcgm`` endpoints (both keyed by host),
-    scraped every second by a private Prometheus for ``duration`` seconds while the nodes'
-    counters tick; yields the site with the Prometheus still up."""
+    scraped every second by a private Prometheus and a private VictoriaMetrics for
+    ``duration`` seconds while the nodes' counters tick; yields the scrape with both up."""
     with ExitStack() as stack:
         for endpoint in dcgm.values():
             stack.enter_context(endpoint)
         targets = [Target("node", stack.enter_context(node_exporter(node, workdir / "run")),
                           host, 9100) for host, node in nodes.items()]
         targets += [Target("dcgm", endpoint.port, host, 9400) for host, endpoint in dcgm.items()]
-        url = stack.enter_context(scraping_prometheus(targets, workdir))
-        t0 = time.time()
-        while (now := time.time()) < t0 + duration:
-            for node in nodes.values():
-                node.tick()
-            time.sleep(0.5)
-        yield Site(url, t0, now)
+        urls = stack.enter_context(scraping_stores(targets, workdir, nodes=nodes.values()))
+        yield run_scenario(urls, duration, lambda t: [node.tick() for node in nodes.values()])
+
+
+def run_scenario(urls: dict[str, str], duration: float,
+                 step: Callable[[float], object]) -> Scrape:
+    """Call ``step(seconds since t0)`` every half second for ``duration`` seconds while the
+    stores scrape; the scrape's span."""
+    t0 = time.time()
+    while (now := time.time()) < t0 + duration:
+        step(now - t0)
+        time.sleep(0.5)
+    return Scrape(urls, t0, time.time())
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """The demo runs through the real data paths: the simulator's month is loaded by the same
 importers as a real cluster, loading twice changes nothing, and the same telemetry read back
-from a real Prometheus gives the same job figures as the files."""
+from a real Prometheus or VictoriaMetrics gives the same job figures as the files."""
 
 from __future__ import annotations
 
@@ -95,25 +95,26 @@ def test_a_folder_that_is_not_a_simulation_is_refused(db, tmp_path):
 
 
 @pytest.mark.integration("prometheus")
-def test_prometheus_serves_the_same_job_figures_as_the_files(loaded, folder):
-    """Backfill the simulated telemetry into the real Prometheus with promtool, archive a
-    job from it through the adapter, and compare with the archive made from the files."""
-    prom.require_prometheus()
+def test_each_store_serves_the_same_job_figures_as_the_files(loaded, folder, store: prom.Store):
+    """Load the simulated telemetry into the real store (promtool blocks for Prometheus, the
+    import API for VictoriaMetrics), archive a job from it through the adapter, and compare
+    with the archive made from the files."""
     files = sorted((folder / "telemetry").glob("*.om"))
     # The data set is named by what the simulator wrote: a changed simulator is a new set.
     name = "simdemo-seed3-" + hashlib.sha256(
         (folder / "ground_truth.json").read_bytes()).hexdigest()[:12]
     marker = folder / "marker.om"
     marker.write_text(prom.marker_lines(name, NOW_TS - 60) + "# EOF\n")
-    if not prom.is_loaded(name, NOW_TS - 60):
-        stale = prom.loaded_like("simdemo-seed3", NOW_TS - 60)
+    if not store.is_loaded(name, NOW_TS - 60):
+        stale = store.loaded_like("simdemo-seed3", NOW_TS - 60)
         assert not stale, (
-            f"Prometheus at {prom.URL} holds an older simulation ({stale}) at the same times; "
-            "its samples would mix with this one's. Start from an empty data folder: "
-            f"{prom.SCRIPT} down && rm -rf var/prometheus/data && {prom.SCRIPT} up")
-        prom.backfill(name, [*files, marker])
+            f"{store.kind} at {store.url} holds an older simulation ({stale}) at the same "
+            "times; its samples would mix with this one's. Start from an empty data folder: "
+            f"{store.script} down, remove its data folder (var/), {store.script} up")
+        store.load(name, [*files, marker])
     cluster = Cluster.objects.get(name="simdemo")
-    cluster.prometheus_url = prom.URL
+    cluster.prometheus_url = store.url
+    cluster.metric_labels = {**(cluster.metric_labels or {}), "store": store.kind}
     cluster.save()
     stored = (JobMetrics.objects.filter(job__cluster=cluster, status="complete",
                                         binding="label", job__end_time__isnull=False)

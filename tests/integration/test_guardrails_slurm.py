@@ -8,8 +8,10 @@ The rest backend's ``DELETE job`` is checked on the same cluster.
 
 The dev cluster's GPUs are device files (no DCGM), so the test writes the telemetry a
 dcgm-exporter would have scraped (labelled ``hpc_job`` with the real job ids) as an
-OpenMetrics file, and reads the policy's clock hours after the jobs started instead of
-waiting hours: the submission, the sync, the cancel and its outcome are Slurm's.
+OpenMetrics file, loads it into a telemetry store of its own, Prometheus or VictoriaMetrics
+(issue 29: the policy runs once on each), which the guardrails read as they would a site's,
+and reads the policy's clock hours after the jobs started instead of waiting hours: the
+submission, the sync, the cancel and its outcome are Slurm's.
 Start the clusters with ``sudo RELEASE=<r> bash deploy/dev/slurm.sh up``.
 """
 
@@ -29,8 +31,8 @@ from apps.clusters.adapters.slurm import Action
 from apps.clusters.models import SlurmAccount
 from apps.guardrails import services
 from apps.guardrails.models import Exemption, PolicyAction
-from apps.jobs import archive
 from apps.jobs.models import Job
+from tests.integration.exporters import STORE_KINDS, backfill, private_store
 from tests.integration.prom import om_series
 from tests.integration.slurm import wait_for
 
@@ -77,8 +79,9 @@ def submitted(slurm):
         slurm.run("scancel", *map(str, ids.values()), check=False)
 
 
+@pytest.mark.parametrize("kind", STORE_KINDS)
 def test_an_idle_job_is_warned_then_cancelled_and_busy_or_exempt_ones_are_not(
-        slurm, world, submitted, settings, tmp_path):
+        slurm, world, submitted, settings, tmp_path, kind):
     settings.GUARDRAILS_POLICY = "enforce"
     settings.GUARDRAILS_POLICY_IDLE_MINUTES, settings.GUARDRAILS_POLICY_GRACE_MINUTES = 120, 60
     for role in ("idle", "busy", "exempt"):
@@ -101,17 +104,26 @@ def test_an_idle_job_is_warned_then_cancelled_and_busy_or_exempt_ones_are_not(
     files = _telemetry(tmp_path / "dcgm.om", {
         j.job_id: (j.nodes, role == "busy") for role, j in jobs.items()},
         start.timestamp(), (start + timedelta(hours=4)).timestamp())
-    source = archive.OpenMetricsSource([files], archive.catalogue_for(world))
-    running = Job.objects.filter(pk__in=[j.pk for j in jobs.values()])
+    with private_store(tmp_path, kind) as (url, env):
+        backfill(env, [files])
+        world.prometheus_url = url  # the guardrails' own read: the cluster's store
+        world.metric_labels = {**world.metric_labels, "store": kind}
+        world.save(update_fields=["prometheus_url", "metric_labels"])
+        _policy(slurm, world, jobs, submitted, start)
 
-    services.run_checks(now=start + timedelta(hours=2.5), source=source, jobs=running)
+
+def _policy(slurm, world, jobs, submitted, start):
+    """Two passes of the policy, 2.5 and 3.7 hours into the jobs: a warning, then the
+    cancel, through Slurm; the busy and the exempt job untouched."""
+    running = Job.objects.filter(pk__in=[j.pk for j in jobs.values()])
+    services.run_checks(now=start + timedelta(hours=2.5), jobs=running)
     assert _steps(jobs["idle"]) == ["warned"]
     assert _steps(jobs["busy"]) == [] and _steps(jobs["exempt"]) == ["exempt"]
     warning = next(m for m in mail.outbox if "will be cancelled" in m.subject)
     assert f"scancel {submitted['idle']}" in warning.body
     assert set(slurm.states(submitted.values()).values()) == {"RUNNING"}  # nothing cancelled yet
 
-    services.run_checks(now=start + timedelta(hours=3.7), source=source, jobs=running)
+    services.run_checks(now=start + timedelta(hours=3.7), jobs=running)
     assert _steps(jobs["idle"]) == ["warned", "cancelled"]
     wait_for(lambda: slurm.states([submitted["idle"]]).get(submitted["idle"])
              in (None, "CANCELLED"), 60, "the idle job cancelled")

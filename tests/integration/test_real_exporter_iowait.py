@@ -1,9 +1,10 @@
 """I/O wait as data-path evidence for an input stall, read from the real node_exporter by a
-real Prometheus (issue 28, item 1).
+real Prometheus and a real VictoriaMetrics (issues 28 item 1, 29 item 1).
 
 The shapes of ``test_real_exporter_verdicts.py``: Debian's node_exporter on a synthetic
 ``/proc/stat`` that carries iowait ticks, dcgm-exporter-shaped endpoints, a private
-Prometheus scraping both every second. Two single-node jobs whose GPUs wait for input alike
+Prometheus and a private VictoriaMetrics scraping both every second; each test runs on each
+store (the ``site`` fixture). Two single-node jobs whose GPUs wait for input alike
 (utilisation 87 %, SMs 19 %, 2.5 GB/s of host-to-GPU copies each), on whole nodes:
 
 - **8201** on ``io01``, whose CPUs spend 35 % of their time in I/O wait (20 % in user mode):
@@ -21,7 +22,14 @@ import pytest
 from apps.clusters.models import Cluster, Node
 from apps.jobs.archive import archive_job
 from apps.jobs.models import Job, JobMetrics
-from tests.integration.exporters import DcgmEndpoint, Gpu, Site, SyntheticNode, scraped_site
+from tests.integration.exporters import (
+    DcgmEndpoint,
+    Gpu,
+    Scrape,
+    Site,
+    SyntheticNode,
+    scraped_site,
+)
 
 pytestmark = [pytest.mark.integration("exporters"), pytest.mark.slow]
 DURATION = 40
@@ -36,7 +44,7 @@ def _starved(host: str, index: int) -> Gpu:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
     work = tmp_path_factory.mktemp("iowait")
     nodes = {host: SyntheticNode(work / host, cpu_busy=0.2, cpu_iowait=share)
              for host, share in IOWAIT.items()}
@@ -53,7 +61,7 @@ def _when(t: float) -> datetime:
 
 def _archived(site: Site, host: str) -> Job:
     cluster = Cluster.objects.create(name="iowait", prometheus_url=site.url,
-                                     metric_labels={"scrape_interval": 1})
+                                     metric_labels=site.metric_labels(scrape_interval=1))
     Node.objects.create(cluster=cluster, name=host, gpu_type="h100", gpu_count=2, cpus=4)
     start, end = site.t0 + 3, site.end - 2
     job = Job.objects.create(

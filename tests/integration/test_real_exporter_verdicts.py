@@ -1,9 +1,10 @@
-"""The verdicts at the edges of real jobs, read from real exporters by a real Prometheus
-(issue 28, the NVIDIA cases of item 6).
+"""The verdicts at the edges of real jobs, read from real exporters by a real Prometheus and
+a real VictoriaMetrics (issue 28, the NVIDIA cases of item 6; issue 29 item 1).
 
 The shapes of ``test_real_exporters.py`` (``exporters.py``): Debian's node_exporter on
 synthetic ``/sys`` and ``/proc`` trees, dcgm-exporter-shaped endpoints, a private Prometheus
-scraping both every second. Three jobs, each with the verdict it must get:
+and a private VictoriaMetrics scraping both every second; each test runs on each store.
+Three jobs, each with the verdict it must get:
 
 - **8101, communication-bound with GPUDirect RDMA** on ``gd01`` + ``gd02`` (2 GPUs each): the
   GPUs are busy waiting (utilisation 87 %, SMs 19 %) and receive 6.8 GB/s each over PCIe,
@@ -32,7 +33,14 @@ from apps.guardrails.live import StallRules, alert_config
 from apps.guardrails.models import Alert
 from apps.jobs.archive import archive_job
 from apps.jobs.models import Job, JobMetrics
-from tests.integration.exporters import DcgmEndpoint, Gpu, Site, SyntheticNode, scraped_site
+from tests.integration.exporters import (
+    DcgmEndpoint,
+    Gpu,
+    Scrape,
+    Site,
+    SyntheticNode,
+    scraped_site,
+)
 
 pytestmark = [pytest.mark.integration("exporters"), pytest.mark.slow]
 DURATION = 45
@@ -64,7 +72,7 @@ def _unused_pair(index: int) -> Gpu:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
     work = tmp_path_factory.mktemp("verdicts")
     nodes = {host: SyntheticNode(work / host, cpu_busy=0.2) for host in ("gd01", "gd02")}
     for node in nodes.values():
@@ -85,9 +93,9 @@ def _when(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
 
 
-def _cluster(url: str) -> Cluster:
-    cluster = Cluster.objects.create(name="edges", prometheus_url=url,
-                                     metric_labels={"scrape_interval": 1})
+def _cluster(site: Site) -> Cluster:
+    cluster = Cluster.objects.create(name="edges", prometheus_url=site.url,
+                                     metric_labels=site.metric_labels(scrape_interval=1))
     for host, gpus in (("gd01", 2), ("gd02", 2), ("pp01", 4), ("un01", 4)):
         Node.objects.create(cluster=cluster, name=host, gpu_type="h100", gpu_count=gpus, cpus=4)
     return cluster
@@ -115,7 +123,7 @@ def _findings(job: Job, site: Site) -> dict[str, object]:
 
 @pytest.mark.django_db
 def test_a_multi_node_job_with_gpudirect_traffic_is_communication_bound(site: Site) -> None:
-    cluster = _cluster(site.url)
+    cluster = _cluster(site)
     Contact.objects.create(area="network", name="Fabric team")
     Contact.objects.create(area="data", name="Storage team")
     job = _job(cluster, 8101, "gd[01-02]", 2, 4, site)
@@ -134,7 +142,7 @@ def test_a_multi_node_job_with_gpudirect_traffic_is_communication_bound(site: Si
 
 @pytest.mark.django_db
 def test_the_busiest_stage_at_its_power_limit_is_the_slowest_stage(site: Site) -> None:
-    cluster = _cluster(site.url)
+    cluster = _cluster(site)
     Contact.objects.create(area="hardware", name="HW on-call", email="hw@example.org")
     job = _job(cluster, 8102, "pp01", 1, 4, site)
     found = _findings(job, site)
@@ -150,7 +158,7 @@ def test_the_busiest_stage_at_its_power_limit_is_the_slowest_stage(site: Site) -
 
 @pytest.mark.django_db
 def test_unused_gpus_are_idle_not_a_degraded_nvlink(site: Site) -> None:
-    cluster = _cluster(site.url)
+    cluster = _cluster(site)
     job = _job(cluster, 8103, "un01", 1, 4, site)
     found = _findings(job, site)
     assert set(found) == {"idle-gpus"}, {k: f.text for k, f in found.items()}
@@ -164,7 +172,7 @@ def test_unused_gpus_are_idle_not_a_degraded_nvlink(site: Site) -> None:
 def test_the_running_jobs_alerts_follow_the_same_verdicts(site: Site) -> None:
     """The beat's live path on the same exporters: no input-stall alert for the
     communication-bound job, and the slowest stage's straggler alert is the owner's only."""
-    cluster = _cluster(site.url)
+    cluster = _cluster(site)
     Contact.objects.create(area="hardware", name="HW on-call", email="hw@example.org")
     comm = _job(cluster, 8101, "gd[01-02]", 2, 4, site, running=True)
     stage = _job(cluster, 8102, "pp01", 1, 4, site, running=True)

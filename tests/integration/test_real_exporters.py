@@ -1,11 +1,15 @@
-"""Beacon's live telemetry on real exporters, scraped by a real Prometheus (issue 17).
+"""Beacon's live telemetry on real exporters, scraped by a real Prometheus and a real
+VictoriaMetrics (issues 17 and 29).
 
 Not a promtool backfill: Debian's node_exporter reads synthetic ``/sys`` and ``/proc`` trees
 this module writes and updates (InfiniBand 2 devices x 2 ports with every counter file,
 both directions; ``eth0``; 4 CPUs; memory), a dcgm-exporter-shaped endpoint serves the
-exporter's exact text, and a private Prometheus scrapes both every second with the site's
-rules loaded. Two nodes: ``live01`` (node_exporter scraped by two jobs, ``Hostname``) and
-``live02`` (``hostname``, GPU 0 split into two MIG instances held by two users' jobs).
+exporter's exact text, and a private Prometheus (with the site's rules loaded) and a private
+VictoriaMetrics scrape both every second from the same moment; each test reads each store
+(the ``site`` fixture), and the rules are evaluated by Prometheus and by vmalert against
+VictoriaMetrics. Two nodes:
+``live01`` (node_exporter scraped by two jobs, ``Hostname``) and ``live02`` (``hostname``,
+GPU 0 split into two MIG instances held by two users' jobs).
 
 The scenario (``t0`` = first scrape, 1 s ticks):
 
@@ -17,14 +21,13 @@ The scenario (``t0`` = first scrape, 1 s ticks):
 - live01 mlx5_0 port 1's received-bytes counter restarts from 0 at ``t0 + 30``.
 
 Read through Beacon's adapters (security detection, job archive, running-job snapshot),
-the rules fire on exactly these, and Prometheus evaluates the shipped rules without error.
+the rules fire on exactly these, and Prometheus and vmalert evaluate the shipped rules
+without error.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -43,24 +46,22 @@ from tests.integration.exporters import (
     RULES,
     DcgmEndpoint,
     Gpu,
+    Scrape,
+    Site,
     SyntheticNode,
     Target,
     node_exporter,
-    scraping_prometheus,
+    run_scenario,
+    scraping_stores,
 )
 
-# Its own Prometheus and exporters on free ports: not the shared :9091 (any xdist lane)
-pytestmark = [pytest.mark.integration("exporters"), pytest.mark.slow]
+# Its own stores and exporters on free ports: not the shared :9091 (any xdist lane)
+# Every test a database test, those that need none too: pytest-django runs database-free
+# tests after all others, which would split the module and scrape its site again.
+pytestmark = [pytest.mark.integration("exporters"), pytest.mark.slow, pytest.mark.django_db]
 DURATION = 80
 IB_LIVE01 = (1e8, 2e8)  # rx, tx B/s on each of live01's 4 ports
 IB_LIVE02 = 4.5e9  # each direction on live02 mlx5_1 port 2, from t0 + 20
-
-
-@dataclass(frozen=True)
-class Site:
-    url: str
-    t0: float
-    end: float
 
 
 def _scenario(t: float, nodes: dict[str, SyntheticNode], dcgm: dict[str, DcgmEndpoint],
@@ -84,7 +85,7 @@ def _scenario(t: float, nodes: dict[str, SyntheticNode], dcgm: dict[str, DcgmEnd
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
     work = tmp_path_factory.mktemp("exporters")
     nodes = {host: SyntheticNode(work / host) for host in ("live01", "live02")}
     for node in nodes.values():
@@ -109,24 +110,24 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                    Target("dcgm", dcgm["live01"].port, "live01", 9400),
                    Target("dcgm", dcgm["live02"].port, "live02", 9400)]
         rules = [RULES / "security.yml", RULES / "gpu_alerts.yml"]
-        with scraping_prometheus(targets, work, rules) as url:
-            t0 = time.time()
+        with scraping_stores(targets, work, rules, nodes.values()) as urls:
             done: set[str] = set()
-            while (now := time.time()) < t0 + DURATION:
+
+            def step(t: float) -> None:
                 for node in nodes.values():
                     node.tick()
-                _scenario(now - t0, nodes, dcgm, done)
-                time.sleep(0.5)
-            yield Site(url, t0, time.time())
+                _scenario(t, nodes, dcgm, done)
+
+            yield run_scenario(urls, DURATION, step)
 
 
 def _when(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
 
 
-def _cluster(url: str) -> Cluster:
-    cluster = Cluster.objects.create(name="live", prometheus_url=url,
-                                     metric_labels={"scrape_interval": 1})
+def _cluster(site: Site) -> Cluster:
+    cluster = Cluster.objects.create(name="live", prometheus_url=site.url,
+                                     metric_labels=site.metric_labels(scrape_interval=1))
     for host in ("live01", "live02"):
         Node.objects.create(cluster=cluster, name=host, gpu_type="h100", gpu_count=2)
     return cluster
@@ -167,10 +168,9 @@ def _short_rules() -> None:
             "params": params})
 
 
-@pytest.mark.django_db
 @override_settings(SECURITY_TELEMETRY_MIN_STEP=5, SECURITY_LOOKBACK_MINUTES=0)
 def test_detection_read_live_finds_exactly_the_planted_incidents(site: Site) -> None:
-    cluster = _cluster(site.url)
+    cluster = _cluster(site)
     _jobs(cluster, site)
     _short_rules()
     report = detect(cluster, _when(site.t0), _when(site.end), Sources())
@@ -189,10 +189,9 @@ def test_detection_read_live_finds_exactly_the_planted_incidents(site: Site) -> 
     assert abs(busy.first_seen.timestamp() - (site.t0 + 20)) <= 10
 
 
-@pytest.mark.django_db
 def test_node_telemetry_holds_on_a_target_scraped_twice_and_a_counter_reset(site: Site) -> None:
     client = PrometheusClient(site.url)
-    catalogue = Catalogue.from_config({"scrape_interval": 1})
+    catalogue = Catalogue.from_config(site.metric_labels(scrape_interval=1))
     raw = telemetry.from_prometheus(client, catalogue, site.t0 + 10, site.end - 2, 5)
     live01, live02 = raw.nodes["live01"], raw.nodes["live02"]
     assert {v for _, v in live01["cpu_cores"]} == {4.0}  # not 8: scraped by two jobs
@@ -207,17 +206,19 @@ def test_node_telemetry_holds_on_a_target_scraped_twice_and_a_counter_reset(site
     busy02 = sorted(v for t, v in live02["ib"] if t > site.t0 + 30)
     assert busy02[len(busy02) // 2] == pytest.approx(2 * IB_LIVE02, rel=0.2)
     assert max(v for _, v in live02["pkey_errors"]) >= 3
-    egress = [v for _, v in live01["egress"]]
-    assert egress and all(v == pytest.approx(2e6, rel=0.3) for v in egress[1:])
+    # The median holds the rate; no bucket reads it doubled (the writer's ticks jitter single
+    # buckets by a tick on a loaded machine: 2.74e6 was seen once with several exporters up)
+    egress = sorted(v for _, v in live01["egress"][1:])
+    assert egress and egress[len(egress) // 2] == pytest.approx(2e6, rel=0.3), egress
+    assert max(egress) < 1.75 * 2e6, egress
     gpus = {(s.label("Hostname", "hostname"), s.labels.get("gpu"), s.labels.get("GPU_I_ID"))
             for m, s in raw.gpus if m == "gpu_util"}
     assert gpus >= {("live01", "0", None), ("live01", "1", None), ("live02", "0", "1"),
                     ("live02", "0", "2"), ("live02", "1", None)}
 
 
-@pytest.mark.django_db
 def test_the_job_archive_and_a_running_jobs_snapshot_read_live(site: Site) -> None:
-    cluster = _cluster(site.url)
+    cluster = _cluster(site)
     jobs = _jobs(cluster, site)
     done = archive_job(jobs[7001], now=_when(site.end))
     assert done.status == JobMetrics.Status.COMPLETE and done.binding == "label"
@@ -240,14 +241,19 @@ def test_the_job_archive_and_a_running_jobs_snapshot_read_live(site: Site) -> No
     assert mig.util_mean == pytest.approx(0.6, abs=0.02)
 
 
-def test_prometheus_evaluates_the_shipped_rules_on_real_exporters(site: Site) -> None:
+@pytest.mark.parametrize("evaluator", ["prometheus", "vmalert"])
+def test_the_shipped_rules_evaluate_on_real_exporters(scrape: Scrape, evaluator: str) -> None:
     """Every rule of security.yml and gpu_alerts.yml evaluates without error on the real
-    series sets, and the partition-key alert fires for the transmit-only errors."""
-    groups = requests.get(f"{site.url}/api/v1/rules", timeout=10).json()["data"]["groups"]
+    series sets, and the partition-key alert fires for the transmit-only errors: in
+    Prometheus, and in vmalert against VictoriaMetrics (which evaluates no rules itself)."""
+    if evaluator == "vmalert":
+        scrape.site("victoriametrics")  # its answers lag the scrape by VM_LATENCY_S
+    url = scrape.urls[evaluator]
+    groups = requests.get(f"{url}/api/v1/rules", timeout=10).json()["data"]["groups"]
     rules = [r for g in groups for r in g["rules"]]
     assert len(rules) == 14  # security.yml's 8 (AMD twins of rules 1 and 7 included) + 6
     assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
-    alerts = requests.get(f"{site.url}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
+    alerts = requests.get(f"{url}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
     by_name: dict[str, list[dict[str, str]]] = {}
     for alert in alerts:
         by_name.setdefault(alert["labels"]["alertname"], []).append(alert["labels"])
@@ -297,13 +303,14 @@ class OldIbQuery(PrometheusClient):
         return self.OLD if "node_infiniband_port_data_received_bytes_total" in expr else expr
 
 
-@pytest.mark.django_db
 @override_settings(SECURITY_TELEMETRY_MIN_STEP=5, SECURITY_LOOKBACK_MINUTES=0)
-def test_a_refused_family_costs_its_rule_only_and_the_run_says_so(site: Site) -> None:
+def test_a_refused_family_costs_its_rule_only_and_the_run_says_so(scrape: Scrape) -> None:
+    """Prometheus only: VictoriaMetrics answers the old query (the next test)."""
     from apps.core.models import TaskRun
     from apps.security import services
 
-    cluster = _cluster(site.url)
+    site = scrape.site("prometheus")
+    cluster = _cluster(site)
     _jobs(cluster, site)
     _short_rules()
     report = services.run_window(cluster, _when(site.t0), _when(site.end),
@@ -321,3 +328,15 @@ def test_a_refused_family_costs_its_rule_only_and_the_run_says_so(site: Site) ->
     assert "(query: sum by (instance, device)" in run.error
     problem = services.detection_problem(cluster)
     assert problem is not None and problem.telemetry and problem.since is None
+
+
+def test_victoriametrics_answers_the_query_prometheus_refuses(scrape: Scrape) -> None:
+    """Why the test above is Prometheus's alone: MetricsQL drops the names under rate() and
+    sums what then shares a label set, both directions in one figure, without a word
+    (docs/metrics.md, "Stores")."""
+    site = scrape.site("victoriametrics")
+    body = requests.get(f"{site.url}/api/v1/query", timeout=10, params={
+        "query": OldIbQuery.OLD, "time": f"{site.end:.3f}"}).json()
+    assert body["status"] == "success", body
+    assert {(r["metric"]["instance"], r["metric"]["device"]) for r in body["data"]["result"]} \
+        >= {("live01:9100", "mlx5_0"), ("live01:9100", "mlx5_1")}

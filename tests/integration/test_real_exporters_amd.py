@@ -1,10 +1,12 @@
-"""AMD Instinct telemetry end to end on a real Prometheus (issue 28 items 5 and 6).
+"""AMD Instinct telemetry end to end on a real Prometheus and a real VictoriaMetrics (issue 28
+items 5 and 6, issue 29 item 1).
 
-A mixed cluster scraped every second by a private Prometheus: ``mi01`` serves AMD's
+A mixed cluster scraped every second by a private Prometheus and a private VictoriaMetrics
+at once (each test runs on each store, the ``site`` fixture): ``mi01`` serves AMD's
 Device Metrics Exporter text (with the site prefix ``amd_``, its Slurm integration's job
 labels) and Debian's node_exporter over a synthetic ``/sys``; ``live03`` serves
 dcgm-exporter's. Read through Beacon's adapters (job archive, security detection), in
-each exporter's own names. Its own module (its own Prometheus): the dcgm-only scenario of
+each exporter's own names. Its own module (its own stores): the dcgm-only scenario of
 ``test_real_exporters.py`` keeps its exact counts.
 
 The scenario (``t0`` = first scrape, 1 s ticks):
@@ -19,9 +21,7 @@ The scenario (``t0`` = first scrape, 1 s ticks):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
@@ -39,23 +39,21 @@ from tests.integration.exporters import (
     AmdGpu,
     DcgmEndpoint,
     Gpu,
+    Scrape,
+    Site,
     SyntheticNode,
     Target,
     node_exporter,
-    scraping_prometheus,
+    run_scenario,
+    scraping_stores,
 )
 
-pytestmark = [pytest.mark.integration("exporters"), pytest.mark.slow]
+# Every test a database test, those that need none too: pytest-django runs database-free
+# tests after all others, which would split the module and scrape its site again.
+pytestmark = [pytest.mark.integration("exporters"), pytest.mark.slow, pytest.mark.django_db]
 DURATION = 70
 PREFIX = "amd_"
 XGMI_KBPS = 2.8e6  # per link: 7 links, about 20 GB/s a GPU
-
-
-@dataclass(frozen=True)
-class Site:
-    url: str
-    t0: float
-    end: float
 
 
 def _job_gpu(index: int, hot: bool = False) -> AmdGpu:
@@ -83,7 +81,7 @@ def _scenario(t: float, amd: AmdEndpoint, done: set[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
     work = tmp_path_factory.mktemp("amd-exporters")
     node = SyntheticNode(work / "mi01")
     node.create()
@@ -97,23 +95,25 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     with amd, dcgm, node_exporter(node, work / "run") as ne:
         targets = [Target("node", ne, "mi01", 9100), Target("amd", amd.port, "mi01", 5000),
                    Target("dcgm", dcgm.port, "live03", 9400)]
-        with scraping_prometheus(targets, work) as url:
-            t0 = time.time()
+        with scraping_stores(targets, work, nodes=[node]) as urls:
             done: set[str] = set()
-            while (now := time.time()) < t0 + DURATION:
+
+            def step(t: float) -> None:
                 node.tick()
-                _scenario(now - t0, amd, done)
-                time.sleep(0.5)
-            yield Site(url, t0, time.time())
+                _scenario(t, amd, done)
+
+            yield run_scenario(urls, DURATION, step)
 
 
 def _when(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
 
 
-def _cluster(url: str) -> Cluster:
-    cluster = Cluster.objects.create(name="mixed", prometheus_url=url, metric_labels={
-        "scrape_interval": 1, "exporters": ["dcgm", "amd"], "amd": {"prefix": PREFIX}})
+def _cluster(site: Site) -> Cluster:
+    cluster = Cluster.objects.create(name="mixed", prometheus_url=site.url,
+                                     metric_labels=site.metric_labels(
+                                         scrape_interval=1, exporters=["dcgm", "amd"],
+                                         amd={"prefix": PREFIX}))
     Node.objects.create(cluster=cluster, name="mi01", gpu_type="mi300x", gpu_count=8)
     Node.objects.create(cluster=cluster, name="live03", gpu_type="h100", gpu_count=2)
     return cluster
@@ -136,9 +136,8 @@ def _jobs(cluster: Cluster, site: Site) -> dict[int, Job]:
             8103: _job(cluster, 8103, "live03", site.t0 - 120, None, 1, "h100")}
 
 
-@pytest.mark.django_db
-def test_the_mi300x_jobs_thermal_straggler_is_named_through_prometheus(site: Site) -> None:
-    cluster = _cluster(site.url)
+def test_the_mi300x_jobs_thermal_straggler_is_named_through_the_store(site: Site) -> None:
+    cluster = _cluster(site)
     jobs = _jobs(cluster, site)
     metrics = archive_job(jobs[8101], now=_when(site.end))
     assert metrics.status == JobMetrics.Status.COMPLETE, metrics.last_error
@@ -162,9 +161,8 @@ def test_the_mi300x_jobs_thermal_straggler_is_named_through_prometheus(site: Sit
     assert node.host == "mi01" and node.cpu_busy is not None
 
 
-@pytest.mark.django_db
 def test_the_h100_job_of_the_mixed_cluster_reads_dcgm_exporter(site: Site) -> None:
-    cluster = _cluster(site.url)
+    cluster = _cluster(site)
     jobs = _jobs(cluster, site)
     metrics = archive_job(jobs[8103], now=_when(site.end))
     assert (metrics.status, metrics.binding, metrics.gpu_vendor) == (
@@ -179,10 +177,9 @@ SHORT = {"gpu_activity_without_job": {"min_minutes": 0.25},
          "gpu_shared_between_users": {"min_minutes": 0.25}}
 
 
-@pytest.mark.django_db
 @override_settings(SECURITY_TELEMETRY_MIN_STEP=5, SECURITY_LOOKBACK_MINUTES=0)
 def test_security_finds_the_amd_incidents_and_nothing_else(site: Site) -> None:
-    cluster = _cluster(site.url)
+    cluster = _cluster(site)
     _jobs(cluster, site)
     for key, params in SHORT.items():
         spec = security_rules.RULES[key]
@@ -201,7 +198,7 @@ def test_security_finds_the_amd_incidents_and_nothing_else(site: Site) -> None:
     assert abs(busy.first_seen.timestamp() - (site.t0 + 20)) <= 10
 
 
-def test_prometheus_stored_the_amd_exporters_names_and_labels(site: Site) -> None:
+def test_the_store_kept_the_amd_exporters_names_and_labels(site: Site) -> None:
     def series(expr: str) -> list[dict[str, str]]:
         body = requests.get(f"{site.url}/api/v1/query", params={"query": expr},
                             timeout=10).json()

@@ -1,7 +1,9 @@
 """The roofline from real telemetry (issue 30, item 2): exporter-shaped endpoints scraped by a
-real Prometheus, archived through ``PrometheusSource``, shown on the job page and the API.
+real Prometheus and a real VictoriaMetrics (issue 29), archived through ``PrometheusSource``,
+shown on the job page and the API.
 
-Four nodes, one job each, scraped every second by a private Prometheus:
+Four nodes, one job each, scraped every second by a private Prometheus and a private
+VictoriaMetrics at once (each test runs on each store):
 
 - ``h01``: dcgm-exporter with the profiling fields Beacon's collectors file turns on (DRAM,
   tensor, FP64/FP32/FP16 pipes) on an H100 SXM5: job 9101 is placed on the roofline;
@@ -17,7 +19,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import unescape
 
@@ -35,8 +36,10 @@ from tests.integration.exporters import (
     AmdGpu,
     DcgmEndpoint,
     Gpu,
+    Scrape,
+    Site,
     Target,
-    scraping_prometheus,
+    scraping_stores,
 )
 
 pytestmark = [pytest.mark.integration("exporters"), pytest.mark.slow]
@@ -45,15 +48,8 @@ PREFIX = "amd_"
 PIPES = {"fp64": 0.05, "fp32": 0.2, "fp16": 0.1}
 
 
-@dataclass(frozen=True)
-class Site:
-    url: str
-    t0: float
-    end: float
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+def scrape(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scrape]:
     work = tmp_path_factory.mktemp("roofline-exporters")
     profiled = DcgmEndpoint("h01", [Gpu(i, f"GPU-h01-{i}", util=90.0, fb_used=60000.0,
                                         power=600.0, tensor=0.5, pipes=PIPES, jobs=["9101"])
@@ -72,10 +68,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                    Target("dcgm", plain.port, "h02", 9400),
                    Target("amd", amd.port, "mi01", 5000),
                    Target("amd", amd_plain.port, "mi02", 5000)]
-        with scraping_prometheus(targets, work) as url:
+        with scraping_stores(targets, work) as urls:
             t0 = time.time()
             time.sleep(DURATION)
-            yield Site(url, t0, time.time())
+            yield Scrape(urls, t0, time.time())
 
 
 def _when(t: float) -> datetime:
@@ -84,8 +80,10 @@ def _when(t: float) -> datetime:
 
 @pytest.fixture
 def jobs(site: Site, db: None) -> dict[int, Job]:
-    cluster = Cluster.objects.create(name="roofs", prometheus_url=site.url, metric_labels={
-        "scrape_interval": 1, "exporters": ["dcgm", "amd"], "amd": {"prefix": PREFIX}})
+    cluster = Cluster.objects.create(name="roofs", prometheus_url=site.url,
+                                     metric_labels=site.metric_labels(
+                                         scrape_interval=1, exporters=["dcgm", "amd"],
+                                         amd={"prefix": PREFIX}))
     for host, kind in (("h01", "h100"), ("h02", "h100"), ("mi01", "mi300x"),
                        ("mi02", "mi300x")):
         Node.objects.create(cluster=cluster, name=host, gpu_type=kind, gpu_count=2)

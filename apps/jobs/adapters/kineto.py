@@ -19,10 +19,10 @@ import re
 import sys
 import zlib
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar
 
 from apps.analysis.trace_types import DistributedInfo, Kind, Origin, RankTrace, TraceEvent
 from apps.core.errors import AdapterError
@@ -95,6 +95,13 @@ class TraceLimits:
     max_ratio: int = 100
 
 
+R = TypeVar("R")
+
+
+def _as_read(trace: RankTrace) -> RankTrace:
+    return trace
+
+
 class KinetoReader:
     """Reads trace files into ``RankTrace`` values, within ``limits``."""
 
@@ -113,14 +120,20 @@ class KinetoReader:
             raise _error(path, f"cannot read it ({exc.strerror or exc})") from exc
         return parsed.rank_trace(str(path), digest.hexdigest())
 
-    def read_many(self, paths: Sequence[Path], workers: int = 1) -> list[RankTrace | AdapterError]:
+    def read_many(self, paths: Sequence[Path], workers: int = 1,
+                  reduce: Callable[[RankTrace], R] = _as_read,  # type: ignore[assignment]
+                  ) -> list[R | AdapterError]:
         """Read several files, in ``workers`` processes when above 1; errors are returned.
 
-        One file per rank, as HTA's parser pool does. Keep ``workers=1`` inside Celery
-        workers: their daemonic processes cannot have children.
+        One file per rank, as HTA's parser pool does. ``reduce`` runs on each file read,
+        where it was read, before the next (the phase analysis' ``rank_digest.digest``: a
+        file's events then never outlive it, whatever the number of files); it must be
+        picklable for ``workers > 1``. Keep ``workers=1`` inside Celery workers: their
+        daemonic processes cannot have children.
         """
+        job = _ReadJob(self, reduce)
         if workers <= 1 or len(paths) < 2:
-            return [self._read_or_error(path) for path in paths]
+            return [job(path) for path in paths]
         # imported here: a single file (the common case) needs no pool
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -128,13 +141,7 @@ class KinetoReader:
         # fork: the children only parse files, and start in milliseconds
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(min(workers, len(paths)), mp_context=context) as pool:
-            return list(pool.map(self._read_or_error, paths))
-
-    def _read_or_error(self, path: Path) -> RankTrace | AdapterError:
-        try:
-            return self.read(path)
-        except AdapterError as exc:
-            return exc
+            return list(pool.map(job, paths))
 
     def _check_size(self, path: Path, raw: IO[bytes]) -> None:
         size = path.stat().st_size
@@ -146,27 +153,46 @@ class KinetoReader:
 
 
 @dataclass(frozen=True)
-class TraceReading:
-    """The files read, and the ones skipped with the reason (their message names them)."""
+class _ReadJob(Generic[R]):
+    """Read one file and reduce it; an ``AdapterError`` is returned, not raised (a pool
+    hands it back in the file's place)."""
 
-    traces: list[RankTrace]
+    reader: KinetoReader
+    reduce: Callable[[RankTrace], R]
+
+    def __call__(self, path: Path) -> R | AdapterError:
+        try:
+            return self.reduce(self.reader.read(path))
+        except AdapterError as exc:
+            return exc
+
+
+@dataclass(frozen=True)
+class TraceReading(Generic[R]):
+    """The files read (each as ``reduce`` left it: a ``RankTrace`` by default), and the
+    ones skipped with the reason (their message names them)."""
+
+    traces: list[R]
     problems: list[str]
 
 
 def read_trace_paths(paths: Sequence[Path], limits: TraceLimits | None = None,
-                     workers: int = 1) -> TraceReading:
+                     workers: int = 1,
+                     reduce: Callable[[RankTrace], R] = _as_read,  # type: ignore[assignment]
+                     ) -> TraceReading[R]:
     """Read every trace file under ``paths``; a bad file is skipped and reported.
 
     ``workers > 1`` reads files in parallel processes (one file per rank, as HTA does). Keep
     the default of 1 inside Celery workers: their daemonic processes cannot have children.
+    ``reduce`` runs on each file as soon as it is read (``KinetoReader.read_many``).
     Raises ``AdapterError`` when a path does not exist or no file at all is readable.
     """
     files = find_trace_files(paths)
     if not files:
         raise AdapterError(f"no trace files (*.json, *.json.gz) in "
                            f"{', '.join(str(p) for p in paths)}", service=SERVICE)
-    results = KinetoReader(limits).read_many(files, workers)
-    traces = [r for r in results if isinstance(r, RankTrace)]
+    results = KinetoReader(limits).read_many(files, workers, reduce)
+    traces = [r for r in results if not isinstance(r, AdapterError)]
     problems = [f"skipped: {r}" for r in results if isinstance(r, AdapterError)]
     if not traces:
         raise AdapterError("no readable trace file: " + "; ".join(problems), service=SERVICE)
