@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bench.common import BenchError, Check, Result, cli, database_url, ensure_database, stats
-from bench.fill import copy_jobs, copy_metrics, fill_once
+from bench.fill import copy_jobs, copy_metrics, fill_once, replicate_jobs
 
 DB_URL = database_url("slo")
 TEAMS, USERS_PER_TEAM = 50, 10
@@ -37,6 +37,7 @@ NOW = datetime(2026, 11, 30, 23, 0, tzinfo=UTC)
 LO = NOW - timedelta(days=28)
 PAGE_REQUESTS = 40
 TEAM_PAGE, OVERVIEW = "team scorecard (lead)", "overview, 150 scorecards (admin)"
+REPLICATE_BASE = 1_000_000  # a multiple of it past it is this many jobs, copied
 OWN = ("Dependency", "JobHeldUser", "JobArrayTaskLimit")  # a sample; the SQL uses the table
 
 
@@ -50,14 +51,15 @@ def _setup(data_dir: str) -> None:
     django.setup()
 
 
-def _fill(n_jobs: int) -> dict[str, Any]:
-    """Teams, users, jobs and archived splits; reused when the job count already matches."""
-    fill = fill_once(DB_URL, n_jobs, truncate=(
+def fill(n_jobs: int) -> dict[str, Any]:
+    """Teams, users, jobs and archived splits; reused when the job count already matches (the
+    reports bench fills and reuses this same database)."""
+    filled = fill_once(DB_URL, n_jobs, truncate=(
         "slo_scorecard", "slo_snapshot", "slo_alert", "jobs_jobmetrics", "jobs_job",
         "accounts_membership", "accounts_team", "auth_user"),
         teams=TEAMS, per_team=USERS_PER_TEAM, write=write_jobs)
     _default_objectives()
-    return fill
+    return filled
 
 
 def write_jobs(cluster_id: int, users: list[tuple[Any, Any]], n_jobs: int) -> None:
@@ -65,8 +67,12 @@ def write_jobs(cluster_id: int, users: list[tuple[Any, Any]], n_jobs: int) -> No
     from django.contrib.auth.models import User
 
     User.objects.create(username="benchadmin", is_staff=True)
-    _copy_jobs(cluster_id, users, n_jobs)
+    # past 1M, 1M jobs written here and copied in SQL (bench/fill.py replicate_jobs)
+    copies = n_jobs // REPLICATE_BASE if n_jobs % REPLICATE_BASE == 0 else 1
+    _copy_jobs(cluster_id, users, n_jobs // copies)
     _copy_metrics()
+    if copies > 1:
+        replicate_jobs(n_jobs // copies, copies)
 
 
 def _default_objectives() -> None:
@@ -340,12 +346,27 @@ def _p95(values: list[float]) -> float:
     return statistics.quantiles(values, n=20)[-1]
 
 
+def job_count(quick: bool) -> int:
+    """The job count: ``BENCH_SLO_JOBS`` (the issue's 10M is a run with it set), else 1M
+    (``--quick``: 100k). The reports bench reads the same, as it reuses these jobs."""
+    n_jobs = int(os.environ.get("BENCH_SLO_JOBS") or (100_000 if quick else 1_000_000))
+    if n_jobs < 1000:
+        raise BenchError(f"BENCH_SLO_JOBS={n_jobs}: give at least 1,000 jobs")
+    return n_jobs
+
+
+def repeat_count(default: int) -> int:
+    """Interleaved runs per side: ``BENCH_SLO_REPEATS`` (a 10M run takes minutes a side, so
+    one is what fits), else ``default``; the reports bench reads the same."""
+    return max(1, int(os.environ.get("BENCH_SLO_REPEATS") or default))
+
+
 def main(quick: bool) -> Result:
-    n_jobs = 100_000 if quick else 1_000_000
-    repeats = 3 if quick else 5
+    n_jobs = job_count(quick)
+    repeats = repeat_count(3 if quick else 5)
     ensure_database(DB_URL)
     _setup(tempfile.mkdtemp(prefix="beacon-bench-"))
-    fill = _fill(n_jobs)
+    filled = fill(n_jobs)
     statements, params = _floor_sql(), _params()
     _beacon()  # warm: first scorecards and caches; later runs rewrite them, as beat does
     floor_times, beacon_times, rows, written = [], [], [], 0
@@ -368,7 +389,7 @@ def main(quick: bool) -> Result:
         inputs={"jobs": f"{n_jobs:,}", "teams": TEAMS, "users": TEAMS * USERS_PER_TEAM,
                 "SLOs": "queue wait, job success, GPU efficiency (rolling 28 days)",
                 "archived splits": "70 %", "database": "PostgreSQL (COPY-filled)",
-                "fill": f"{fill['fill_s']} s" + (" (reused)" if fill["reused"] else "")},
+                "fill": f"{filled['fill_s']} s" + (" (reused)" if filled["reused"] else "")},
         columns=["step", "time", "rows"],
         rows=[["hand-written SQL (floor): counts, days, burn windows, breakdown, worst jobs",
                floor.text(" s", 2), f"{sum(len(r) for r in rows)} rows"],

@@ -35,8 +35,7 @@ from django.db.models.functions import Coalesce, Greatest, Least, NullIf
 
 from apps.accounts.models import Team
 from apps.analysis.chargeback import GroupRow, Hours, JobUsage, Split
-from apps.analysis.periods import spread
-from apps.core.sql import FloatSum, Seconds, period_index
+from apps.core.sql import FloatSum, Seconds, period_index, spread_sums
 from apps.jobs.models import Job, JobMetrics
 from apps.jobs.models.jobs import COUNTABLE
 
@@ -111,8 +110,9 @@ def usage_sums(jobs: QuerySet[Job], lo: datetime, hi: datetime, now: datetime,
     One period: one GROUP BY summing ``gpus x overlap``, shaped like the hand-written floor
     of ``bench/chargeback.py`` (grouped on ids, the archive joined only where it counts as
     measured). Several: the GROUP BY adds each job's first and last period and sums the
-    weighted starts and ends, which ``apps.analysis.periods.spread`` turns into seconds
-    per period exactly (the SLO efficiency trend's method). ``parts``: the split parts
+    weighted starts and ends, which ``apps.core.sql.spread_sums`` turns into seconds per
+    period exactly in an outer query (``apps.analysis.periods.spread`` summed; the SLO
+    efficiency trend's method). ``parts``: the split parts
     summed (others stay 0: a report reading useful hours only saves their sums).
     """
     exprs = dict(columns) if isinstance(columns, Mapping) else {}
@@ -147,24 +147,13 @@ def _period_sums(qs: QuerySet[Job], names: tuple[str, ...], lo: datetime, hi: da
         sums |= {f"{name}_g": FloatSum(w), f"{name}_s": FloatSum(w * F("rs")),
                  f"{name}_e": FloatSum(w * F("re"))}
     rel = [(e - lo).total_seconds() for e in edges]
-    # per group (its values made hashable: GPU types are dicts), per period, per weight
-    out: dict[tuple[Any, ...], tuple[dict[str, Any], dict[int, list[float]]]] = {}
-    for row in qs.values(*names, "sd", "ed").annotate(**sums).order_by():
-        key = tuple(_hashable(row[k]) for k in names)
-        entry = out.get(key) or out.setdefault(key, ({k: row[k] for k in names}, {}))
-        per = entry[1]
-        for column, name in enumerate(weights):
-            first, values = spread(row[f"{name}_g"] or 0.0, row[f"{name}_s"] or 0.0,
-                                   row[f"{name}_e"] or 0.0, row["sd"], row["ed"], rel)
-            for i, value in enumerate(values, start=first):
-                (per.get(i) or per.setdefault(i, [0.0] * len(weights)))[column] += value
-    return [(group, i, _hours(dict(zip(weights, values, strict=True))))
-            for group, periods in out.values() for i, values in sorted(periods.items())
-            if values[0] > 0]
-
-
-def _hashable(value: Any) -> Any:
-    return tuple(sorted(value.items())) if isinstance(value, dict) else value
+    grouped = qs.values(*names, "sd", "ed").annotate(**sums).order_by()
+    out = []
+    for row in spread_sums(grouped, names, list(weights), rel):
+        values = dict(zip(weights, row[len(names) + 1:], strict=True))
+        if values["allocated"] > 0:
+            out.append((dict(zip(names, row, strict=False)), row[len(names)], _hours(values)))
+    return out
 
 
 def _group_row(row: Mapping[str, Any], slugs: dict[int, str]) -> GroupRow:

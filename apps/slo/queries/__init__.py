@@ -13,7 +13,8 @@ and both with hand-written SQL.
 - GPU efficiency: GPU-seconds **prorated** to the window and to each trend day. Days come
   from one GROUP BY on (first day, last day) of each job's run inside the window: a job's
   seconds in its first day are ``first day's end - start``, in its last ``end - last day's
-  start`` and full days in between, so three sums per group give every day exactly.
+  start`` and full days in between, so three sums per group give every day exactly
+  (``apps.core.sql.spread_sums`` sums them per day in an outer query).
 
 Percentiles are nearest-rank (``apps.analysis.slo.percentile``, PostgreSQL's ``percentile_disc``)
 over each breakdown cell's waits, fetched sorted (``SortedValues``; on SQLite an aggregate in

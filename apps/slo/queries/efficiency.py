@@ -27,10 +27,9 @@ from django.db.models.functions import (
 )
 
 from apps.analysis import slo as maths
-from apps.analysis.periods import spread as _spread
 from apps.analysis.slo import Counts
 from apps.chargeback.usage import MEASURED, Seconds
-from apps.core.sql import FloatSum
+from apps.core.sql import FloatSum, spread_sums
 from apps.jobs.models import Job
 from apps.slo.models import Objective
 from apps.slo.queries.common import (
@@ -80,11 +79,13 @@ def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[d
         "u": F("gpu_equivalent") * F("meas") * F("frac")}
     sums: dict[str, FloatSum] = {}
     for name, w in weights.items():
-        sums |= {f"{name}g": FloatSum(w), f"{name}s": FloatSum(w * F("rs")),
-                 f"{name}e": FloatSum(w * F("re"))}
-    rows = (qs.annotate(sd=_day(F("s0"), edges), ed=_day(F("e0"), edges, end=True))
-            .values(*grouping.names, "sd", "ed").annotate(**sums).order_by())
-    sums_of, allocated = _efficiency_days(grouping, rows, edges, window.start)
+        sums |= {f"{name}_g": FloatSum(w), f"{name}_s": FloatSum(w * F("rs")),
+                 f"{name}_e": FloatSum(w * F("re"))}
+    grouped = (qs.annotate(sd=_day(F("s0"), edges), ed=_day(F("e0"), edges, end=True))
+               .values(*grouping.names, "sd", "ed").annotate(**sums).order_by())
+    rel = [(e - window.start).total_seconds() for e in edges]
+    rows = spread_sums(grouped, grouping.names, ("a", "m", "u"), rel)
+    sums_of, allocated = _efficiency_days(grouping, rows, len(edges) - 1)
     out: dict[Hashable, SubjectCounts] = {}
     for key, (useful, measured) in sums_of.items():
         sc = out[key] = SubjectCounts(days=[Counts(u, m) for u, m in zip(useful, measured,
@@ -103,29 +104,23 @@ def gpu_efficiency(objective: Objective, window: maths.Window, edges: Sequence[d
     return out
 
 
-def _efficiency_days(grouping: Grouping, rows: Iterable[Mapping[str, Any]],
-                     edges: Sequence[datetime], start: datetime,
+def _efficiency_days(grouping: Grouping, rows: Iterable[tuple[Any, ...]], n_days: int,
                      ) -> tuple[dict[Hashable, tuple[list[float], list[float]]],
                                 dict[Hashable, float]]:
-    """Each subject's (useful, measured) GPU-seconds per day and its allocated seconds,
-    from the (subject, first day, last day) groups. Plain floats while summing (thousands
-    of rows), added in the rows' order: the same additions as one ``Counts`` at a time."""
-    rel = [(e - start).total_seconds() for e in edges]
-    n_days = len(edges) - 1
+    """Each subject's (useful, measured) GPU-seconds per day and its allocated seconds, from
+    the (group columns, day, allocated, measured, useful) rows of ``spread_sums``. Several
+    rows may make one key (the reports' GPU models): their seconds add up."""
+    names = grouping.names
     sums_of: dict[Hashable, tuple[list[float], list[float]]] = {}
     allocated: dict[Hashable, float] = defaultdict(float)
     for r in rows:
-        key = grouping.key(r)
+        key = grouping.key(dict(zip(names, r, strict=False)))
         useful, measured = sums_of.get(key) or sums_of.setdefault(
             key, ([0.0] * n_days, [0.0] * n_days))
-        parts = {n: _spread(r[f"{n}g"] or 0.0, r[f"{n}s"] or 0.0, r[f"{n}e"] or 0.0,
-                            r["sd"], r["ed"], rel) for n in ("a", "m", "u")}
-        first = parts["u"][0]  # the same days for every weight
-        for day, (u, m) in enumerate(zip(parts["u"][1], parts["m"][1], strict=True),
-                                     start=first):
-            useful[day] += u
-            measured[day] += m
-        allocated[key] += sum(parts["a"][1])
+        day, a, m, u = r[len(names):]
+        useful[day] += u
+        measured[day] += m
+        allocated[key] += a
     return sums_of, allocated
 
 
