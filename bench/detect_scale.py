@@ -92,21 +92,28 @@ def _setup_database(sizes: tuple[int, ...]) -> None:
     from django.core.management import call_command
 
     from apps.clusters.models import Cluster
-    from apps.jobs.models import Job
 
     call_command("migrate", "--noinput", verbosity=0)
     for gpus in sizes:
         cluster = Cluster.objects.create(name=f"scale{gpus}", prometheus_url=PROM.url,
                                          metric_labels={"scrape_interval": data.SCRAPE})
-        start, _, _ = window(gpus)
-        began = datetime.fromtimestamp(start - 3600, UTC)
-        Job.objects.bulk_create(
-            Job(cluster=cluster, job_id=j.job_id, display_id=str(j.job_id), name="train",
-                user_name=f"user{j.job_id % 97}", account=f"team{j.job_id % 13}",
-                state=Job.State.RUNNING, submit_time=began - timedelta(minutes=5),
-                start_time=began, nodes=",".join(j.hosts), node_count=len(j.hosts),
-                gpus=len(j.gpus) * len(j.hosts), gpu_equivalent=len(j.gpus) * len(j.hosts))
-            for j in data.Layout(gpus).jobs())
+        add_running_jobs(cluster, gpus)
+
+
+def add_running_jobs(cluster: Any, gpus: int) -> None:
+    """Size ``gpus``'s jobs as Slurm rows of ``cluster``, running since an hour before its
+    data starts (``detect_stores`` sets its clusters up the same way)."""
+    from apps.jobs.models import Job
+
+    start, _, _ = window(gpus)
+    began = datetime.fromtimestamp(start - 3600, UTC)
+    Job.objects.bulk_create(
+        Job(cluster=cluster, job_id=j.job_id, display_id=str(j.job_id), name="train",
+            user_name=f"user{j.job_id % 97}", account=f"team{j.job_id % 13}",
+            state=Job.State.RUNNING, submit_time=began - timedelta(minutes=5),
+            start_time=began, nodes=",".join(j.hosts), node_count=len(j.hosts),
+            gpus=len(j.gpus) * len(j.hosts), gpu_equivalent=len(j.gpus) * len(j.hosts))
+        for j in data.Layout(gpus).jobs())
 
 
 # --- The measured run --------------------------------------------------------------------

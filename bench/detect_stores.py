@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +45,8 @@ from bench.common import (
     stats,
 )
 
-VERSION = "v1"
 SHARDS = 4
+VERSION = "v1"  # of the datasets: a new one is backfilled when it changes
 FULL, QUICK = (10_000, 100_000), (1_000, 4_000)
 TARGET_MB = 2048.0
 
@@ -115,7 +115,6 @@ def _setup_database(proms: list[BenchPrometheus], floor_big: tuple[int, int]) ->
     from django.core.management import call_command
 
     from apps.clusters.models import Cluster, Node, TelemetryStore
-    from apps.jobs.models import Job
 
     call_command("migrate", "--noinput", verbosity=0)
     for gpus in floor_big:
@@ -128,15 +127,7 @@ def _setup_database(proms: list[BenchPrometheus], floor_big: tuple[int, int]) ->
         Node.objects.bulk_create(Node(cluster=cluster, name=layout.host(n),
                                       gpu_count=data.GPUS_PER_NODE)
                                  for n in range(layout.nodes))
-        start, _, _ = scale.window(gpus)
-        began = datetime.fromtimestamp(start - 3600, UTC)
-        Job.objects.bulk_create(
-            Job(cluster=cluster, job_id=j.job_id, display_id=str(j.job_id), name="train",
-                user_name=f"user{j.job_id % 97}", account=f"team{j.job_id % 13}",
-                state=Job.State.RUNNING, submit_time=began - timedelta(minutes=5),
-                start_time=began, nodes=",".join(j.hosts), node_count=len(j.hosts),
-                gpus=len(j.gpus) * len(j.hosts), gpu_equivalent=len(j.gpus) * len(j.hosts))
-            for j in layout.jobs())
+        scale.add_running_jobs(cluster, gpus)
 
 
 def _child_env(data_dir: Path) -> dict[str, str]:

@@ -300,3 +300,20 @@ def recorded_slurm_bin(bin_dir: Path, release: str = "22.05") -> Path:
                   f'*qos*) cat {live / f"sacctmgr_qos.{ext}"};; '
                   f'*) cat {here / "sacctmgr_assoc.txt"};; esac')
     return bin_dir
+
+
+class StreamedRange:
+    """A fake Prometheus client's ``stream_range`` from its ``query_range``: the series
+    handed to ``each`` one at a time and none returned, as the real client does."""
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> Any:
+        raise NotImplementedError
+
+    def stream_range(self, expr: str, start: float, end: float, step: float,
+                     each: Callable[[Any], None]) -> Any:
+        from apps.clusters.adapters.prometheus import QueryResult
+
+        result = self.query_range(expr, start, end, step)
+        for series in result.series:
+            each(series)
+        return QueryResult(result.result_type, [], result.warnings)

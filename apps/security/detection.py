@@ -63,7 +63,7 @@ from apps.jobs.archive_sources import catalogue_for
 from apps.jobs.models import Job, JobGpu
 from apps.security import findings, saved_scripts, telemetry_stores
 from apps.security.adapters import telemetry
-from apps.security.frames import Grid, build_frame
+from apps.security.frames import GpuFold, Grid, build_frame
 from apps.security.models import (
     Advisory,
     AllowListEntry,
@@ -318,22 +318,21 @@ def _read_frame(cluster: Cluster, start: datetime, until: datetime,
                 report: RunReport) -> Frame | None:
     try:
         catalogue = catalogue_for(cluster)
-        raw = _raw_telemetry(cluster, catalogue, start.timestamp(), until.timestamp(),
-                             sources, report)
+        raw, fold = _raw_telemetry(cluster, catalogue, start.timestamp(), until.timestamp(),
+                                   sources, report)
     except AdapterError as exc:
         report.sources["telemetry"] = f"failed: {exc}"
         report.fail(f"telemetry: {exc}")
         return None
     if raw is None:
         return None
-    step = max(raw.step, 1.0)
-    n = math.ceil((until.timestamp() - start.timestamp()) / step)
-    grid = Grid(until.timestamp() - n * step, step, n)
+    grid = fold.grid if fold is not None else Grid.over(start.timestamp(), until.timestamp(),
+                                                        raw.step)
     held, bound_jobs = _bindings(cluster, start, until)
-    frame, stats = build_frame(raw, catalogue, grid, allocations, held, bound_jobs)
+    frame, stats = build_frame(raw, catalogue, grid, allocations, held, bound_jobs, fold)
     report.telemetry_ok = True
     report.sources["telemetry"] += (f": {stats.gpus} GPUs, {len(frame.nodes)} nodes, "
-                                    f"step {step:g}s")
+                                    f"step {grid.step:g}s")
     if raw.failures:
         report.sources["telemetry"] += f", {len(raw.failures)} queries failed"
     for failure in raw.failures:
@@ -348,28 +347,34 @@ def _read_frame(cluster: Cluster, start: datetime, until: datetime,
 
 
 def _raw_telemetry(cluster: Cluster, catalogue: Any, start: float, end: float,
-                   sources: Sources, report: RunReport) -> telemetry.RawTelemetry | None:
+                   sources: Sources, report: RunReport
+                   ) -> tuple[telemetry.RawTelemetry | None, GpuFold | None]:
+    """The window's telemetry. Read live, its GPU series come folded on the frame's grid
+    (``GpuFold``) as they stream in, not as series (issue 29); read from files (small by
+    the slice), they are in the raw telemetry and folded by ``build_frame``."""
     if sources.openmetrics is not None:
         paths = telemetry.telemetry_files(sources.openmetrics, start, end)
         report.sources["telemetry"] = f"openmetrics {sources.openmetrics} ({len(paths)} files)"
         if isinstance(sources.raw, AdapterError):
             raise sources.raw
-        return sources.raw or telemetry.from_openmetrics(paths, catalogue, start, end)
+        return sources.raw or telemetry.from_openmetrics(paths, catalogue, start, end), None
     step = max(catalogue.scrape_interval, float(settings.SECURITY_TELEMETRY_MIN_STEP),
                (end - start) / 2000)
+    grid = Grid.over(start, end, step)
     if sources.prometheus is None and cluster_stores.has_several(cluster):
-        read = telemetry_stores.from_stores(cluster, catalogue, start, end, step)
+        read = telemetry_stores.from_stores(cluster, catalogue, start, end, step, grid)
         report.sources["telemetry"] = f"stores {read.asked}"
         for note in read.coverage.notes():  # its nodes not checked: never clean
             report.fail(note)
-        return read.raw
+        return read.raw, read.fold
     client = sources.prometheus or cluster_services.prometheus_for(cluster)
     if client is None:
         report.sources["telemetry"] = "skipped: no Prometheus URL and no telemetry files"
         report.skip("telemetry: no Prometheus URL and no telemetry files")
-        return None
+        return None, None
     report.sources["telemetry"] = f"prometheus {client.base_url}"
-    return telemetry.from_prometheus(client, catalogue, start, end, step)
+    fold = GpuFold(catalogue, grid)
+    return telemetry.from_prometheus(client, catalogue, start, end, step, fold.add), fold
 
 
 def read_ahead(cluster: Cluster, slices: list[tuple[datetime, datetime]],

@@ -13,9 +13,10 @@ from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from apps.analysis.security_types import Allocation, Frame, GpuPoint, GpuTrack, NodePoint, NodeTrack
-from apps.analysis.timeseries import GpuKey, Point
+from apps.analysis.timeseries import GpuKey, Point, Series
 from apps.clusters.adapters.catalogue import Catalogue
 from apps.security.adapters.telemetry import INSTANT_MEASURE, RawTelemetry
 
@@ -35,12 +36,27 @@ class Grid:
     step: float
     n: int
 
+    @classmethod
+    def over(cls, start: float, end: float, step: float) -> Grid:
+        """Buckets of ``step`` (one second at least) ending at ``end`` and covering
+        ``start``: a detection window's frame."""
+        step = max(step, 1.0)
+        n = math.ceil((end - start) / step)
+        return cls(end - n * step, step, n)
+
     def bucket(self, t: float) -> int | None:
         k = math.ceil((t - self.start) / self.step - 1e-6) - 1
         return k if 0 <= k < self.n else None
 
     def end_of(self, k: int) -> float:
+        if 0 <= k < self.n:
+            return self.ends[k]
         return self.start + (k + 1) * self.step
+
+    @cached_property
+    def ends(self) -> tuple[float, ...]:
+        # one float per bucket, shared by every point of the frame (not one per point)
+        return tuple(self.start + (k + 1) * self.step for k in range(self.n))
 
 
 @dataclass
@@ -56,21 +72,37 @@ class _Gpu:
     (``_MEASURES`` order, field-major), the sum and count of the values in each bucket; the
     jobs labelled in each bucket; and, at each instant of the instant measure, the job seen
     first and, where two or more were seen at once, all of them. (A 10,000-GPU window has
-    350,000 buckets: an object with dicts per bucket took half a gigabyte.)"""
+    350,000 buckets: an object with dicts per bucket took half a gigabyte.)
 
-    __slots__ = ("counts", "first", "many", "mig", "owners", "seen", "sums")
+    Most GPUs only ever see one job at a time: until a second job shows up, the instants
+    are an array of floats beside that job, not a dict keyed by float objects (issue 29:
+    a kilobyte or three per GPU at 100,000 GPUs)."""
+
+    __slots__ = ("counts", "first", "many", "mig", "owners", "seen", "solo", "solo_at",
+                 "sums")
 
     def __init__(self, n: int) -> None:
         self.sums = array("d", bytes(8 * len(_MEASURES) * n))
         self.counts = array("i", bytes(4 * len(_MEASURES) * n))
         self.seen = bytearray(n)  # a bucket exists once any value fell in it
-        self.owners: dict[int, tuple[str, ...]] = {}  # bucket -> jobs, in the order seen
-        self.first: dict[float, str] = {}  # instant -> the first job seen then
+        # bucket -> jobs, in the order seen (None: no job label in the bucket)
+        self.owners: list[tuple[str, ...] | None] = [None] * n
+        self.solo: str | None = None  # the one job seen at instants so far
+        self.solo_at = array("d")  # ... and those instants, in the order seen
+        self.first: dict[float, str] | None = None  # instant -> the first job seen then,
+        # once a second job was seen at any instant
         self.many: dict[float, set[str]] = {}  # instants with two or more jobs
         self.mig: set[int] = set()
 
     def at(self, t: float, job: str) -> None:
         """``job`` was seen on the GPU at instant ``t``."""
+        if self.first is None:
+            if self.solo is None or self.solo == job:
+                self.solo = job
+                self.solo_at.append(t)
+                return
+            self.first = dict.fromkeys(self.solo_at, self.solo)  # in the order first seen
+            self.solo_at = array("d")
         first = self.first.setdefault(t, job)
         if first != job:
             self.many.setdefault(t, {first}).add(job)
@@ -86,7 +118,7 @@ class _Gpu:
         """Per bucket, the largest set of jobs seen at one instant, when it has two or
         more (the first such instant of the bucket on a tie)."""
         best: dict[int, set[str]] = {}
-        for t in self.first:  # instants in the order first seen
+        for t in self.first or ():  # instants in the order first seen
             jobs = self.many.get(t)
             k = grid.bucket(t)
             if jobs is not None and k is not None and len(jobs) > len(best.get(k, ())):
@@ -94,52 +126,77 @@ class _Gpu:
         return {k: tuple(sorted(jobs)) for k, jobs in best.items()}
 
 
+class GpuFold:
+    """A frame's GPU buckets, filled one series at a time and keeping no series: a store's
+    answer is folded as it is decoded (issue 29; 100,000 GPUs' series held whole took
+    most of 2 GB). Folding the series of ``raw.gpus`` in their order gives the frame
+    ``build_frame`` always built from them."""
+
+    def __init__(self, catalogue: Catalogue, grid: Grid) -> None:
+        self.catalogue, self.grid = catalogue, grid
+        self.gpus: dict[GpuKey, _Gpu] = {}
+        self.meta: dict[GpuKey, tuple[str, str]] = {}  # (uuid, model), from the first series
+        self.labelled: set[str] = set()  # hosts with a job label on any series
+        self._singles: dict[str, tuple[str, ...]] = {}  # one ``(job,)`` per job, shared
+
+    def add(self, measure: str, series: Series) -> None:
+        """Fold one series of ``measure`` (a catalogue GPU measure; others are ignored)."""
+        catalogue = self.catalogue
+        key = catalogue.gpu_key(series)
+        f = _INDEX.get(measure)
+        if key is None or f is None:
+            return
+        job = catalogue.job_of(series)
+        if job:
+            self.labelled.add(key.host)
+        if key not in self.meta:
+            self.meta[key] = (catalogue.uuid_of(series), catalogue.model_of(series))
+        gpu = self.gpus.get(key) or self.gpus.setdefault(key, _Gpu(self.grid.n))
+        ks = _accumulate(gpu, f, series.points, self.grid)
+        if any(series.labels.get(label) for label in _MIG_LABELS):
+            gpu.mig.update(k for k, _ in ks)
+        if job:
+            single = self._singles.setdefault(job, (job,))
+            _own(gpu, job, single, ks, measure == INSTANT_MEASURE)
+
+    def absorb(self, other: GpuFold) -> None:
+        """Take in another store's fold over the same grid (other GPUs: each store's
+        answer is kept to the nodes it answers for)."""
+        self.gpus.update(other.gpus)
+        for key, meta in other.meta.items():
+            self.meta.setdefault(key, meta)
+        self.labelled |= other.labelled
+
+
 def build_frame(raw: RawTelemetry, catalogue: Catalogue, grid: Grid,
                 allocations: Iterable[Allocation], held: Held,
-                bound_jobs: set[int]) -> tuple[Frame, FrameStats]:
-    """The frame for ``grid`` from ``raw``; ``held`` are the GPU bindings and
-    ``bound_jobs`` the jobs that have any (their GPUs are known wherever they ran)."""
-    gpus, meta, labelled = _gpu_buckets(raw, catalogue, grid)
+                bound_jobs: set[int], fold: GpuFold | None = None) -> tuple[Frame, FrameStats]:
+    """The frame for ``grid`` from ``raw``, whose GPU series are in ``fold`` already when
+    given (else folded here); ``held`` are the GPU bindings and ``bound_jobs`` the jobs
+    that have any (their GPUs are known wherever they ran). ``fold`` is emptied: each
+    GPU's buckets are dropped once its points are built."""
+    if fold is None:
+        fold = GpuFold(catalogue, grid)
+        for measure, series in raw.gpus:
+            fold.add(measure, series)
     by_host: dict[str, list[Allocation]] = defaultdict(list)
     for a in allocations:
         if a.gpus > 0:
             for host in a.nodes:
                 by_host[host].append(a)
-    stats = FrameStats(gpus=len(gpus))
+    gpus, labelled = fold.gpus, fold.labelled
+    stats = FrameStats()
     tracks = []
-    for key in sorted(gpus):
-        gpu, (uuid, model) = gpus[key], meta.get(key, ("", ""))
+    for key in sorted(k for k, gpu in gpus.items() if any(gpu.seen)):
+        gpu, (uuid, model) = gpus.pop(key), fold.meta.get(key, ("", ""))
         points = _points(key, gpu, grid, held, by_host, bound_jobs, key.host in labelled)
         stats.gpu_buckets += len(points)
         stats.unknown_buckets += sum(1 for p in points if not p.bound)
         tracks.append(GpuTrack(key.host, key.gpu, uuid, model, points))
-    stats.unmapped_hosts = sorted({k.host for k in gpus} - labelled)
+    gpus.clear()
+    stats.gpus = len(tracks)
+    stats.unmapped_hosts = sorted({t.host for t in tracks} - labelled)
     return Frame(grid.step, tuple(tracks), _node_tracks(raw, grid)), stats
-
-
-def _gpu_buckets(raw: RawTelemetry, catalogue: Catalogue, grid: Grid) -> tuple[
-        dict[GpuKey, _Gpu], dict[GpuKey, tuple[str, str]], set[str]]:
-    gpus: dict[GpuKey, _Gpu] = {}
-    meta: dict[GpuKey, tuple[str, str]] = {}
-    labelled: set[str] = set()
-    singles: dict[str, tuple[str, ...]] = {}
-    for measure, series in raw.gpus:
-        key = catalogue.gpu_key(series)
-        f = _INDEX.get(measure)
-        if key is None or f is None:
-            continue
-        job = catalogue.job_of(series)
-        if job:
-            labelled.add(key.host)
-        meta.setdefault(key, (catalogue.uuid_of(series), catalogue.model_of(series)))
-        gpu = gpus.get(key) or gpus.setdefault(key, _Gpu(grid.n))
-        mig = any(series.labels.get(label) for label in _MIG_LABELS)
-        ks = _accumulate(gpu, f, series.points, grid)
-        if mig:
-            gpu.mig.update(k for k, _ in ks)
-        if job:
-            _own(gpu, job, singles.setdefault(job, (job,)), ks, measure == INSTANT_MEASURE)
-    return {key: gpu for key, gpu in gpus.items() if any(gpu.seen)}, meta, labelled
 
 
 def _own(gpu: _Gpu, job: str, single: tuple[str, ...], ks: list[tuple[int, float]],
@@ -148,7 +205,7 @@ def _own(gpu: _Gpu, job: str, single: tuple[str, ...], ks: list[tuple[int, float
     bucket it alone holds); at their instants too if the series is the instant measure."""
     owners = gpu.owners
     for k, t in ks:
-        held = owners.get(k)
+        held = owners[k]
         if held is None:
             owners[k] = single
         elif job not in held:
@@ -188,7 +245,7 @@ def _points(key: GpuKey, gpu: _Gpu, grid: Grid, held: Held,
     for k, seen in enumerate(gpu.seen):
         if not seen:
             continue
-        jobs = owned.get(k)
+        jobs = owned[k]
         if jobs is None:
             points.append(_unlabelled(key, k, grid, means[k], k in mig, held, by_host,
                                       bound_jobs, labelled))

@@ -4,6 +4,7 @@ of issue 5 against the real loopback Prometheus."""
 from __future__ import annotations
 
 import gc
+import io
 import json
 import math
 import shutil
@@ -96,6 +97,76 @@ def test_it_parses_labels_names_and_sample_stats():
     assert result.total_samples is not None and result.total_samples >= 1
 
 
+# --- Streamed range answers (issue 29) ----------------------------------------------------
+
+
+class _Cut(io.BytesIO):
+    """A body whose connection drops after ``at`` bytes."""
+
+    def __init__(self, data: bytes, at: int) -> None:
+        super().__init__(data[:at])
+        self.at = at
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        if not data:
+            raise ConnectionResetError("connection reset by peer")
+        return data
+
+
+class AnsweringSession(requests.Session):
+    """Answers every POST with ``body`` (streamed from ``raw`` when given) and ``status``."""
+
+    def __init__(self, body: bytes, status: int = 200, cut_at: int | None = None) -> None:
+        super().__init__()
+        self.body, self.status, self.cut_at = body, status, cut_at
+
+    def post(self, url, **kwargs):  # type: ignore[no-untyped-def, override]
+        response = requests.Response()
+        response.status_code, response.url = self.status, url
+        response.raw = io.BytesIO(self.body) if self.cut_at is None else \
+            _Cut(self.body, self.cut_at)
+        return response
+
+
+MATRIX = {"status": "success", "data": {"resultType": "matrix", "result": [
+    {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": str(g), "Hostname": "gpu01"},
+     "values": [[1790000000 + 30 * i, str(g * 10 + i)] for i in range(40)]}
+    for g in range(300)]}, "warnings": ["partial answer"]}
+
+
+def _streamed(session: requests.Session) -> tuple[list[object], object]:
+    client = PrometheusClient("http://prom.test", retries=0, session=session)
+    seen: list[object] = []
+    result = client.stream_range("q", 0, 60, 30, seen.append)
+    return seen, result
+
+
+def test_a_streamed_range_hands_over_the_series_the_whole_answer_holds():
+    body = json.dumps(MATRIX).encode()
+    assert len(body) > 1 << 18  # several of the stream's chunks would not fit a small body
+    seen, result = _streamed(AnsweringSession(body))
+    whole = _parse_result(MATRIX, "q")
+    assert seen == whole.series and len(seen) == 300
+    assert result.series == [] and result.warnings == ("partial answer",)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("body", "status", "cut_at", "error", "words"), [
+    (json.dumps(MATRIX).encode(), 200, 5000, TransientAdapterError, "cut off"),
+    (b'{"status":"success","data":{"resultType":"vector","result":[]}}', 200, None,
+     AdapterError, "malformed"),
+    (b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{}}]}}', 200,
+     None, AdapterError, "malformed"),
+    ((FIXTURES / "timeout_503.json").read_bytes(), 503, None, QueryTimeout, "timed out"),
+    ((FIXTURES / "bad_data_400.json").read_bytes(), 400, None, QueryError, "rejected"),
+])
+def test_a_streamed_range_that_fails_says_why(body, status, cut_at, error, words):
+    with pytest.raises(error, match=words) as info:
+        _streamed(AnsweringSession(body, status, cut_at))
+    if cut_at is not None:  # a cut answer is the store's failure, never one measure's
+        assert not isinstance(info.value, QueryTimeout)
+
+
 def test_a_malformed_success_body_is_an_adapter_error():
     with pytest.raises(AdapterError, match="malformed"):
         _parse_result({"status": "success", "data": {"resultType": "matrix"}}, "q")
@@ -179,6 +250,15 @@ def test_it_runs_instant_and_range_queries(loaded):
     result = loaded.query_range(expr, TS, TS + 120, 30)
     assert result.result_type == "matrix"
     assert [v for _, v in result.series[0].points] == [4.0] * 5  # lookback keeps the value
+
+
+@pytest.mark.integration("prometheus")
+def test_a_streamed_range_reads_what_a_range_query_reads(loaded):
+    expr = promql.selector("beacon_hostile", Matcher.eq("v", 'job"7'))
+    seen: list[object] = []
+    result = loaded.stream_range(expr, TS, TS + 120, 30, seen.append)
+    assert seen and seen == loaded.query_range(expr, TS, TS + 120, 30).series
+    assert result.result_type == "matrix" and result.series == []
 
 
 @pytest.mark.integration("prometheus")

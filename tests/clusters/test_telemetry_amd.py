@@ -14,6 +14,7 @@ from apps.clusters.adapters.prometheus import QueryResult
 from apps.clusters.adapters.telemetry import GpuInterval, fetch_by_host, fetch_by_label
 from apps.jobs.adapters.openmetrics import JobRequest, jobs_series
 from apps.security.adapters.telemetry import from_openmetrics, gpu_queries
+from tests.fake import StreamedRange
 
 MIXED = Catalogue.from_config({"exporters": ["dcgm", "amd"], "scrape_interval": 30})
 T0 = 1_790_000_000.0
@@ -22,7 +23,7 @@ AMD = {"hostname": "mi01", "gpu_id": "2", "card_model": "AMD Instinct MI300X",
 NVIDIA = {"Hostname": "h01", "gpu": "0", "UUID": "GPU-h01-0", "hpc_job": "500"}
 
 
-class Prom:
+class Prom(StreamedRange):
     """Answers each exporter's query in that exporter's labels and units."""
 
     base_url = "http://prom.test"

@@ -32,11 +32,12 @@ from apps.jobs.models import Job, JobMetrics, JobMetricSummary
 from apps.security import services as security
 from apps.security.detection import Sources
 from tests.conftest import make_job
+from tests.fake import StreamedRange
 
 A, B = "http://store-a.test:9090", "http://store-b.test:9090"
 
 
-class FakeStore:
+class FakeStore(StreamedRange):
     """A store holding ``hosts``: GPUs 0-1 of each at ``value`` % for every measure, the
     job's label on them, node series by ``instance``; or down (connection refused)."""
 

@@ -293,9 +293,14 @@ class OldIbQuery(PrometheusClient):
            'bytes_total|node_infiniband_port_data_transmitted_bytes_total"}[5s]))')
 
     def query_range(self, expr: str, *args: object, **kw: object):  # type: ignore[override]
-        if "node_infiniband_port_data_received_bytes_total" in expr:
-            expr = self.OLD
-        return super().query_range(expr, *args, **kw)  # type: ignore[arg-type]
+        return super().query_range(self._old(expr), *args, **kw)  # type: ignore[arg-type]
+
+    def stream_range(self, expr: str, *args: object, **kw: object):  # type: ignore[override]
+        # detection's reads stream (issue 29)
+        return super().stream_range(self._old(expr), *args, **kw)  # type: ignore[arg-type]
+
+    def _old(self, expr: str) -> str:
+        return self.OLD if "node_infiniband_port_data_received_bytes_total" in expr else expr
 
 
 @override_settings(SECURITY_TELEMETRY_MIN_STEP=5, SECURITY_LOOKBACK_MINUTES=0)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from apps.jobs.adapters.jsonstream import JsonStreamError, walk
+from apps.jobs.adapters.jsonstream import JsonStreamError, stream, walk
 
 DOC = {"schemaVersion": 1, "baseTimeNanoseconds": 1790857026000000000,
        "distributedInfo": {"rank": 3, "pg_config": [{"ranks": [0, 1]}]},
@@ -47,3 +47,31 @@ def test_bad_input_says_what_is_wrong(data, not_json, message):
     with pytest.raises(JsonStreamError, match=message) as caught:
         _walk(data, 4)
     assert caught.value.not_json is not_json
+
+
+# --- An array inside nested objects (Prometheus's data.result, issue 29) ----------------
+
+ANSWER = {"status": "success",
+          "data": {"resultType": "matrix",
+                   "result": [{"metric": {"gpu": "0"}, "values": [[1.5, "1"], [2.5, "NaN"]]},
+                              {"metric": {}, "values": []}],
+                   "stats": {"x": 1}},
+          "warnings": ["partial"]}
+
+
+@pytest.mark.parametrize("size", [1, 3, 16, 1 << 20])
+def test_it_streams_an_array_inside_nested_objects(size):
+    data = json.dumps(ANSWER).encode()
+    chunks = iter([data[i:i + size] for i in range(0, len(data), size)])
+    members: dict[str, object] = {}
+    items = [item for batch in stream(chunks, "result", members, inside=("data",))
+             for item in batch]
+    assert items == ANSWER["data"]["result"]
+    assert members == {"status": "success", "resultType": "matrix", "result": 2,
+                       "stats": {"x": 1}, "warnings": ["partial"]}
+
+
+def test_a_nested_member_that_is_not_an_object_is_refused():
+    with pytest.raises(JsonStreamError, match="'data' is not an object") as caught:
+        list(stream(iter([b'{"data": [1]}']), "result", inside=("data",)))
+    assert caught.value.not_json is False

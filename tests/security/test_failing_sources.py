@@ -29,6 +29,7 @@ from apps.security import notify, services
 from apps.security.adapters.telemetry import from_prometheus
 from apps.security.detection import Sources
 from apps.security.models import Finding
+from tests.fake import StreamedRange
 from tests.integration.exporters import free_port
 
 pytestmark = pytest.mark.django_db
@@ -38,7 +39,7 @@ T0 = START.timestamp()
 CLASH = "vector cannot contain metrics with the same labelset"
 
 
-class Prom:
+class Prom(StreamedRange):
     """Answers like Prometheus: a busy GPU nobody holds; queries naming ``refuse`` fail as
     Prometheus fails them."""
 

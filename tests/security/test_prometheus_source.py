@@ -13,12 +13,13 @@ from apps.clusters.adapters.catalogue import Catalogue
 from apps.clusters.adapters.prometheus import QueryResult
 from apps.security.adapters.telemetry import from_openmetrics, from_prometheus
 from apps.security.frames import Grid, build_frame
+from tests.fake import StreamedRange
 from tests.security.telemetry_files import cpu_lines, write
 
 T0 = 1_790_000_000.0
 
 
-class FakeProm:
+class FakeProm(StreamedRange):
     base_url = "http://prom.test"
 
     def __init__(self) -> None:

@@ -35,6 +35,7 @@ from urllib3.util.retry import Retry
 
 from apps.analysis.timeseries import Point, Series
 from apps.core.errors import AdapterError, TransientAdapterError
+from apps.jobs.adapters import jsonstream
 
 log = logging.getLogger(__name__)
 
@@ -171,34 +172,46 @@ class PrometheusClient:
     def query_range(self, expr: str, start: float, end: float, step: float, *,
                     stats: bool = False) -> QueryResult:
         """Range query over ``[start, end]`` every ``step`` seconds (fractions allowed)."""
-        if step <= 0 or end < start:
-            raise QueryError(f"bad range: start={start} end={end} step={step}",
-                             service=SERVICE)
-        if (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
-            raise QueryError(
-                f"range {end - start:.0f}s at step {step:g}s exceeds Prometheus' "
-                f"{MAX_POINTS_PER_SERIES} points per series; use a larger step",
-                service=SERVICE)
-        form = {"query": expr, "start": _num(start), "end": _num(end), "step": _num(step)}
-        return self._query("query_range", form, stats)
+        return self._query("query_range", _range_form(expr, start, end, step), stats)
+
+    def stream_range(self, expr: str, start: float, end: float, step: float,
+                     each: Callable[[Series], None]) -> QueryResult:
+        """``query_range`` whose series go to ``each`` as they are decoded, never all held
+        at once: the answer is read a megabyte of text at a time (issue 29: one GPU
+        measure of a 100,000-GPU cluster is 100,000 series, most of a gigabyte as decoded
+        JSON). The result carries the type and warnings; its ``series`` is empty.
+
+        An answer cut off midway raises ``TransientAdapterError`` (never ``QueryTimeout``,
+        which ``read_narrowly`` would take as one failed measure) after ``each`` has seen
+        part of it: the caller drops whatever it folded from this read.
+        """
+        form = _range_form(expr, start, end, step)
+        form["timeout"] = self._server_timeout()
+        with self._send("query_range", form, stream=True) as response, _gc_paused():
+            return _stream_result(response, expr, each)
 
     # --- HTTP and errors ---------------------------------------------------------------
 
-    def _query(self, endpoint: str, form: dict[str, str], stats: bool) -> QueryResult:
+    def _server_timeout(self) -> str:
         # The server gives up first, so its answer (a 503 "timeout") reaches us.
-        form["timeout"] = f"{max(0.05, self.timeout * 0.9):.3f}"
+        return f"{max(0.05, self.timeout * 0.9):.3f}"
+
+    def _query(self, endpoint: str, form: dict[str, str], stats: bool) -> QueryResult:
+        form["timeout"] = self._server_timeout()
         if stats:
             form["stats"] = "all"
-        body = self._send(endpoint, form)
+        body = _check_response(self._send(endpoint, form), form["query"])
         with _gc_paused():
             return _parse_result(body, form["query"])
 
-    def _send(self, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
-        """POST ``form`` as a form body; retry only connection failures and 503 unavailable."""
+    def _send(self, endpoint: str, form: dict[str, str], *,
+              stream: bool = False) -> requests.Response:
+        """POST ``form`` as a form body; retry only connection failures and 503 unavailable.
+        A 200 comes back (its body unread when ``stream``); any other status raises."""
         attempt = 0
         while True:
             try:
-                return self._post_once(endpoint, form)
+                return self._post_once(endpoint, form, stream)
             except TransientAdapterError as exc:
                 if isinstance(exc, QueryTimeout) or attempt >= self.retries:
                     raise
@@ -206,10 +219,11 @@ class PrometheusClient:
                 log.info("prometheus: retry %d/%d after %s", attempt, self.retries, exc)
                 time.sleep(self.backoff * 2 ** (attempt - 1))
 
-    def _post_once(self, endpoint: str, form: dict[str, str]) -> dict[str, Any]:
+    def _post_once(self, endpoint: str, form: dict[str, str],
+                   stream: bool) -> requests.Response:
         url = f"{self.base_url}/api/v1/{endpoint}"
         try:
-            response = self.session.post(url, data=form, headers=self.headers,
+            response = self.session.post(url, data=form, headers=self.headers, stream=stream,
                                          timeout=(min(self.timeout, 5.0), self.timeout))
         except requests.Timeout as exc:
             raise QueryTimeout(f"Prometheus did not answer within {self.timeout:g}s",
@@ -217,7 +231,23 @@ class PrometheusClient:
         except requests.RequestException as exc:
             raise TransientAdapterError(f"cannot reach Prometheus at {self.base_url}",
                                         service=SERVICE, detail=str(exc)) from exc
-        return _check_response(response, form.get("query", ""))
+        if response.status_code != 200:
+            with response:
+                _check_response(response, form.get("query", ""))  # raises its error
+        return response
+
+
+def _range_form(expr: str, start: float, end: float, step: float) -> dict[str, str]:
+    """A range query's form, refused here when Prometheus would refuse it."""
+    if step <= 0 or end < start:
+        raise QueryError(f"bad range: start={start} end={end} step={step}",
+                         service=SERVICE)
+    if (end - start) / step + 1 > MAX_POINTS_PER_SERIES:
+        raise QueryError(
+            f"range {end - start:.0f}s at step {step:g}s exceeds Prometheus' "
+            f"{MAX_POINTS_PER_SERIES} points per series; use a larger step",
+            service=SERVICE)
+    return {"query": expr, "start": _num(start), "end": _num(end), "step": _num(step)}
 
 
 def _num(value: float) -> str:
@@ -319,6 +349,40 @@ def _parse_series(result_type: str, result: Any) -> list[Series]:
     if result_type == "scalar":
         return [Series("", {}, (_point(result),))]
     raise ValueError(f"unsupported resultType {result_type!r}")
+
+
+def _stream_result(response: requests.Response, expr: str,
+                   each: Callable[[Series], None]) -> QueryResult:
+    """A 200 answer's matrix series to ``each``, read from the body in 1 MiB chunks."""
+    members: dict[str, Any] = {}
+    for series in _streamed(response, expr, members):
+        each(series)  # outside the generator: an error of ``each`` is its own, not ours
+    if members.get("status") != "success" or members.get("resultType") != "matrix":
+        raise AdapterError("malformed answer from Prometheus", service=SERVICE,
+                           detail=f"status {members.get('status')!r}, resultType "
+                                  f"{members.get('resultType')!r}\nquery: {expr[:1000]}")
+    warnings = tuple(str(w) for w in members.get("warnings") or ())
+    if warnings:
+        log.warning("prometheus: warnings for %s: %s", expr[:200], "; ".join(warnings))
+    return QueryResult("matrix", [], warnings)
+
+
+def _streamed(response: requests.Response, expr: str,
+              members: dict[str, Any]) -> Iterator[Series]:
+    """The series of ``data.result`` one by one; the other members into ``members``."""
+    chunks = response.iter_content(1 << 20)
+    try:
+        for items in jsonstream.stream(chunks, "result", members, inside=("data",)):
+            for item in items:
+                yield _series(item["metric"], tuple([(float(t), float(v))
+                                                     for t, v in item["values"]]))
+    except (requests.RequestException, OSError) as exc:
+        raise TransientAdapterError(f"the answer of Prometheus at {response.url} was cut off",
+                                    service=SERVICE, detail=f"{exc}\nquery: {expr[:1000]}"
+                                    ) from exc
+    except (jsonstream.JsonStreamError, KeyError, TypeError, ValueError) as exc:
+        raise AdapterError("malformed answer from Prometheus", service=SERVICE,
+                           detail=f"{exc!r}\nquery: {expr[:1000]}") from exc
 
 
 def _series(metric: dict[str, str], points: tuple[Point, ...]) -> Series:

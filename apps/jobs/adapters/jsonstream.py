@@ -171,7 +171,8 @@ def walk(chunks: Iterator[bytes], array_key: str, on_items: Callable[[list[Any]]
 
 
 def stream(chunks: Iterator[bytes], array_key: str, members: dict[str, Any] | None = None,
-           batches: bool = True, prefilter: Prefilter | None = None) -> Iterator[list[Any]]:
+           batches: bool = True, prefilter: Prefilter | None = None,
+           inside: tuple[str, ...] = ()) -> Iterator[list[Any]]:
     """The generator behind ``walk``: yields ``array_key``'s elements a list at a time and
     stores every other member in ``members`` as it is read (``array_key`` itself gets the
     element count), so a caller sees members that come before the array (``errors``) by
@@ -180,6 +181,10 @@ def stream(chunks: Iterator[bytes], array_key: str, members: dict[str, Any] | No
     ``batches=False`` decodes one element per call only: right for elements with nested
     lists of objects (sacct's jobs), where the last ``},`` of a chunk is nearly always
     inside an element and the chunk-wide attempt would fail and cost a parse for nothing.
+
+    ``inside`` are the keys of nested objects the array sits in (Prometheus's
+    ``{"data": {"result": [...]}}``: ``inside=("data",)``, ``array_key="result"``); their
+    other members go into ``members`` too, under their own keys.
     """
     members = {} if members is None else members
     buffer = _Buffer(chunks, prefilter)
@@ -188,13 +193,24 @@ def stream(chunks: Iterator[bytes], array_key: str, members: dict[str, Any] | No
         if first in _JSON_START:
             raise JsonStreamError("the JSON is not an object", not_json=False)
         raise JsonStreamError(f"it starts with {first!r}" if first else "no data")
+    yield from _object(buffer, (*inside, array_key), members, batches)
+
+
+def _object(buffer: _Buffer, path: tuple[str, ...], members: dict[str, Any],
+            batches: bool) -> Generator[list[Any], None, None]:
+    """The object at the buffer (its ``{`` next): ``path[0]`` streamed when it is the
+    last key, else descended into; every other member decoded into ``members``."""
     buffer.pos += 1
     while buffer.peek() != "}":
         key = buffer.value()
         if not isinstance(key, str):
             raise JsonStreamError(f"an object key must be a string, found {key!r}")
         buffer.expect(":", f"after the key {key!r}")
-        if key == array_key:
+        if key == path[0] and len(path) > 1:
+            if buffer.peek() != "{":
+                raise JsonStreamError(f"its member {key!r} is not an object", not_json=False)
+            yield from _object(buffer, path[1:], members, batches)
+        elif key == path[0]:
             members[key] = (yield from _stream_array(buffer, batches)) + buffer.filtered
         else:
             members[key] = buffer.value()

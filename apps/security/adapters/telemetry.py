@@ -67,6 +67,7 @@ CPU_FAMILY = "node_cpu_seconds_total"
 # Ethernet egress leaves out the loopback and InfiniBand's IPoIB devices.
 _NOT_EGRESS = re.compile(r"^(lo|ib.*)$")
 _FILE_TIME = re.compile(r"^(\d{8})T(\d{4})Z")
+GpuSink = Callable[[str, Series], None]  # (GPU measure, series): where a read's GPU series go
 
 
 @dataclass
@@ -92,34 +93,41 @@ class RawTelemetry:
 
 
 def from_prometheus(client: PrometheusClient, catalogue: Catalogue, start: float, end: float,
-                    step: float) -> RawTelemetry:
+                    step: float, on_gpu: GpuSink | None = None) -> RawTelemetry:
     """Every GPU's measures and every node's rates over ``(start, end]``, one point per step.
 
     One query per measure; a query Prometheus refuses or times out is noted in
     ``raw.failures`` and the others are read (``read_narrowly``). Raises ``AdapterError``
     when Prometheus cannot be reached (transient) or every query failed.
+
+    Each answer is read as it streams in (``stream_range``). GPU series go to ``on_gpu``
+    when given, as ``(measure, series)``, and are not kept in ``raw.gpus``: the caller
+    folds them into the frame's buckets (issue 29: at 100,000 GPUs the series held
+    together were most of detection's memory). A read that raises has handed some series
+    over: the caller drops what it folded.
     """
     raw = RawTelemetry(step)
+    sink = on_gpu or (lambda measure, series: raw.gpus.append((measure, series)))
     reads = gpu_reads(catalogue)
     queries = {**gpu_queries(catalogue, step), **node_queries(catalogue, step)}
     for name, expr in queries.items():
+        # named after the exporter's series, so its labels are read in its spelling
+        each = partial(_gpu_series, sink, *reads[name]) if name in reads else \
+            partial(_node_series, raw, catalogue, name)
         result = read_narrowly(raw.failures, name, expr,
-                               partial(client.query_range, expr, start + step, end, step))
-        if result is None:
-            continue
-        raw.warnings.extend(result.warnings)
-        if name in reads:
-            # named after the exporter's series, so its labels are read in its spelling
-            measure, spec = reads[name]
-            raw.gpus.extend((measure, _scaled(Series(spec.name, s.labels, s.points),
-                                              spec.scale)) for s in result.series)
-        else:
-            _node_series(raw, catalogue, name, result.series)
+                               partial(client.stream_range, expr, start + step, end, step,
+                                       each))
+        if result is not None:
+            raw.warnings.extend(result.warnings)
     _sum_devices(raw)
     _busy_cores(raw)
     if (failed := all_failed(raw.failures, len(queries), "telemetry")) is not None:
         raise failed
     return raw
+
+
+def _gpu_series(sink: GpuSink, measure: str, spec: MetricSpec, series: Series) -> None:
+    sink(measure, _scaled(Series(spec.name, series.labels, series.points), spec.scale))
 
 
 def gpu_reads(catalogue: Catalogue) -> dict[str, tuple[str, MetricSpec]]:
@@ -205,16 +213,15 @@ def node_queries(catalogue: Catalogue, step: float) -> dict[str, str]:
 
 
 def _node_series(raw: RawTelemetry, catalogue: Catalogue, measure: str,
-                 series_list: list[Series]) -> None:
-    for series in series_list:
-        host = host_of(series.labels.get(catalogue.node_label, ""))
-        if not host:
-            continue
-        if measure == "ib":
-            raw.ib_devices.setdefault(host, {})[series.labels.get("device", "")] = \
-                list(series.points)
-        else:
-            raw.nodes.setdefault(host, {})[measure] = list(series.points)
+                 series: Series) -> None:
+    host = host_of(series.labels.get(catalogue.node_label, ""))
+    if not host:
+        return
+    if measure == "ib":
+        raw.ib_devices.setdefault(host, {})[series.labels.get("device", "")] = \
+            list(series.points)
+    else:
+        raw.nodes.setdefault(host, {})[measure] = list(series.points)
 
 
 def _busy_cores(raw: RawTelemetry) -> None:
