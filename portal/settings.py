@@ -339,7 +339,8 @@ TASK_KINDS: dict[str, tuple[int, tuple[str, ...]]] = {
         "apps.clusters.tasks.label_jobs", "apps.quotas.tasks.check_cluster")),
     # profiler traces collected from TRACE_ROOT: parsing multi-GB files
     "traces": (env_int("TASK_TIME_LIMIT_TRACES", 3600, minimum=60), (
-        "apps.jobs.tasks.collect_traces", "apps.jobs.tasks.collect_all_traces")),
+        "apps.jobs.tasks.collect_traces", "apps.jobs.tasks.collect_all_traces",
+        "apps.jobs.tasks.digest_trace_group", "apps.jobs.tasks.analyse_trace_groups")),
     # a job's metrics archived from Prometheus
     "archive": (env_int("TASK_TIME_LIMIT_ARCHIVE", 900, minimum=30), (
         "apps.jobs.tasks.archive_job", "apps.jobs.tasks.archive_pending",
@@ -528,6 +529,9 @@ TRACE_UPLOAD_MAX_MB = env_int("TRACE_UPLOAD_MAX_MB", 512, minimum=1)
 TRACE_ROOT = env_str("TRACE_ROOT")
 TRACE_COLLECT_SETTLE_S = env_int("TRACE_COLLECT_SETTLE_S", 120, minimum=0)
 TRACE_UPLOAD_MAX_FILES = env_int("TRACE_UPLOAD_MAX_FILES", 256, minimum=1)
+# A collected run of more files than this is read by several tasks, this many files each,
+# in parallel on the workers, then analysed once from their digests (issue 29; docs/traces.md).
+TRACE_GROUP_FILES = env_int("TRACE_GROUP_FILES", 4, minimum=1)
 DATA_UPLOAD_MAX_NUMBER_FILES = TRACE_UPLOAD_MAX_FILES
 
 # --- Security findings (apps/security, docs/security-rules.md) --------------------------

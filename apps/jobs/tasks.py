@@ -7,8 +7,8 @@ from celery import shared_task
 from apps.clusters.models import Cluster
 from apps.core.errors import AdapterError
 from apps.core.retries import RETRY, RETRY_DB
-from apps.jobs import partitions, services, traces
-from apps.jobs.models import Job
+from apps.jobs import partitions, services, trace_groups, traces
+from apps.jobs.models import Job, TraceDigestGroup, TraceFanOut
 
 
 @shared_task(bind=True, **RETRY)
@@ -63,3 +63,18 @@ def drop_detached_partitions() -> None:
     """Drop the month tables retention detached (a TaskRun per run; idempotent: nothing
     detached, nothing done; ``manage.py archive_partitions --drop-now`` runs it inline)."""
     partitions.drop_detached()
+
+
+@shared_task(**RETRY_DB)
+def digest_trace_group(group_id: int) -> None:
+    """Read one group of a large trace run into digests; the last group queues the
+    analysis (a TaskRun per run; a group digested or being read is skipped)."""
+    trace_groups.digest_group(
+        TraceDigestGroup.objects.select_related("fan_out__job__cluster").get(pk=group_id))
+
+
+@shared_task(**RETRY_DB)
+def analyse_trace_groups(fan_out_id: int) -> None:
+    """Analyse a large trace run from its groups' digests, as one run (a TaskRun per run;
+    nothing to do once analysed)."""
+    trace_groups.analyse(TraceFanOut.objects.select_related("job__cluster").get(pk=fan_out_id))

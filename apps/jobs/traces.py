@@ -12,7 +12,8 @@ import hashlib
 import logging
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -101,16 +102,20 @@ def import_trace(job: Job, paths: Sequence[Path], config: PhaseConfig | None = N
     -> what people see; by default its file name), never by where the server keeps it: the
     job page shows them to anyone who sees the job (issue 27).
     """
-    names = dict(names) if names is not None else _file_names(paths)
+    names = dict(names) if names is not None else file_names(paths)
     config = config or trace_config()
-    try:
-        reading = _named(read_traces(paths, config, limits), names)
+    with _in_names(names):
+        reading = named_reading(read_traces(paths, config, limits), names)
+    return import_reading(job, reading, config, names)
+
+
+def import_reading(job: Job, reading: TraceReading[RankDigest], config: PhaseConfig,
+                   names: Mapping[str, str]) -> TraceRun:
+    """Steps 2 to 4 of ``import_trace`` on digests already read (and named): the one
+    task that reads every file, and the last task of a fan-out (``trace_groups``) that
+    reads none, store the same analysis."""
+    with _in_names(names):
         analysis = with_skipped(analyze(reading.traces, config), reading.problems)
-    except AdapterError as exc:
-        raise type(exc)(without_paths(str(exc), names), service=exc.service,
-                        detail=without_paths(exc.detail, names)) from None
-    except TraceAnalysisError as exc:
-        raise TraceAnalysisError(without_paths(str(exc), names)) from None
     span = _recorded_span(reading.traces)
     mismatch = job_mismatch(job, span)
     if mismatch:
@@ -121,7 +126,19 @@ def import_trace(job: Job, paths: Sequence[Path], config: PhaseConfig | None = N
     return run
 
 
-def _file_names(paths: Sequence[Path]) -> dict[str, str]:
+@contextmanager
+def _in_names(names: Mapping[str, str]) -> Iterator[None]:
+    """Errors raised inside name each file by ``names``, not by the server's path."""
+    try:
+        yield
+    except AdapterError as exc:
+        raise type(exc)(without_paths(str(exc), names), service=exc.service,
+                        detail=without_paths(exc.detail, names)) from None
+    except TraceAnalysisError as exc:
+        raise TraceAnalysisError(without_paths(str(exc), names)) from None
+
+
+def file_names(paths: Sequence[Path]) -> dict[str, str]:
     """Each trace file under ``paths`` (and each path given) -> its name alone."""
     names = {str(path): path.name for path in paths}
     for path in paths:
@@ -130,7 +147,7 @@ def _file_names(paths: Sequence[Path]) -> dict[str, str]:
     return names
 
 
-def _named(reading: TraceReading[RankDigest],
+def named_reading(reading: TraceReading[RankDigest],
            names: Mapping[str, str]) -> TraceReading[RankDigest]:
     """The reading with each file's ``source``, its steps' warnings and every problem in
     ``names``' words."""
@@ -304,16 +321,20 @@ class CollectStats:
     settling: list[str] = field(default_factory=list)
     unknown_jobs: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    # runs of more than TRACE_GROUP_FILES files, queued to be read in groups (trace_groups)
+    grouped: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {"folders": self.folders, "imported": self.imported[:100],
                 "unchanged": self.unchanged, "unchanged_since": self.unchanged_since,
                 "settling": self.settling[:100], "unknown_jobs": self.unknown_jobs[:100],
-                "failed": dict(list(self.failed.items())[:100])}
+                "failed": dict(list(self.failed.items())[:100]),
+                "grouped": self.grouped[:100]}
 
 
 def collect_traces(cluster: Cluster, root: Path, since: datetime | None = None,
-                   settle_s: int | None = None, now: datetime | None = None) -> CollectStats:
+                   settle_s: int | None = None, now: datetime | None = None,
+                   inline: bool = False) -> CollectStats:
     """Import the traces under ``root/<cluster>/<job id>/`` that are new or changed.
 
     The layout: one folder per job, named by its raw id (``1234``) or as displayed (``4_2``,
@@ -327,7 +348,10 @@ def collect_traces(cluster: Cluster, root: Path, since: datetime | None = None,
     3. The fingerprint of the files (their sha256, as ``TraceRun.fingerprint``): a stored
        analysis with it means nothing changed; nothing is analysed again.
     4. Otherwise ``import_trace`` (an upsert on the same fingerprint: two collections at
-       once store one row). A failure names the folder and the others go on.
+       once store one row); a run of more than ``TRACE_GROUP_FILES`` files is read in
+       groups by several tasks instead (``trace_groups``; ``inline``: here, one group after
+       the other), a run met again resuming where it stopped. A failure names the folder
+       and the others go on.
     """
     now = now or timezone.now()
     settle = timedelta(seconds=settings.TRACE_COLLECT_SETTLE_S if settle_s is None else settle_s)
@@ -340,12 +364,13 @@ def collect_traces(cluster: Cluster, root: Path, since: datetime | None = None,
             stats.unknown_jobs.append(folder.name)
             continue
         for run_dir, files in _runs(folder):
-            _collect_one(job, run_dir, files, since, now - settle, stats, root)
+            _collect_one(job, run_dir, files, since, now - settle, stats, root, inline)
     return stats
 
 
 def _collect_one(job: Job, run_dir: Path, files: list[Path], since: datetime | None,
-                 settled_before: datetime, stats: CollectStats, root: Path) -> None:
+                 settled_before: datetime, stats: CollectStats, root: Path,
+                 inline: bool = False) -> None:
     label = str(run_dir.relative_to(root))
     stats.folders += 1
     # ctime too: a copy that keeps the files' old mtimes (rsync -a, cp -p) is still new here
@@ -357,16 +382,36 @@ def _collect_one(job: Job, run_dir: Path, files: list[Path], since: datetime | N
     if newest > settled_before:
         stats.settling.append(label)
         return
-    if TraceRun.objects.filter(job=job, fingerprint=fingerprint(
-            [_file_sha256(f) for f in files])).exists():
+    fingerprint_ = fingerprint([_file_sha256(f) for f in files])
+    if TraceRun.objects.filter(job=job, fingerprint=fingerprint_).exists():
         stats.unchanged += 1
         return
     try:
+        if len(files) > settings.TRACE_GROUP_FILES:
+            _fan_out(job, run_dir, files, fingerprint_, label, stats, inline)
+            return
         import_trace(job, [run_dir])
     except (AdapterError, TraceAnalysisError) as exc:
         logger.warning("collect_traces %s: %s", label, exc)
         stats.failed[label] = str(exc)[:500]
     else:
+        stats.imported.append(label)
+
+
+def _fan_out(job: Job, run_dir: Path, files: list[Path], fingerprint_: str, label: str,
+             stats: CollectStats, inline: bool) -> None:
+    """Plan (or find) the run's fan-out and start the groups not read yet."""
+    from apps.jobs import trace_groups  # it imports this module
+
+    fan_out = trace_groups.plan(job, run_dir, files, fingerprint_, label)
+    if fan_out.trace_run_id is not None:  # analysed before (with a file left out)
+        stats.unchanged += 1
+        return
+    trace_groups.start(fan_out, inline)
+    fan_out.refresh_from_db()
+    if fan_out.trace_run_id is None:
+        stats.grouped.append(label)  # the workers read it
+    else:  # analysed here: inline, or eager (no broker)
         stats.imported.append(label)
 
 
@@ -431,9 +476,10 @@ def clusters_with_traces(root: Path | None = None) -> list[int]:
 
 
 def collect_cluster(cluster: Cluster, root: Path | None = None,
-                    rescan: bool = False) -> CollectStats:
+                    rescan: bool = False, inline: bool = False) -> CollectStats:
     """One tracked collection (``TaskRun`` kind ``collect_traces``) behind the watermark
-    (``rescan``: every run again, still skipping stored fingerprints)."""
+    (``rescan``: every run again, still skipping stored fingerprints; ``inline``: a large
+    run's groups read here, not queued)."""
     from apps.core.runs import tracked_run
 
     if root is None:
@@ -443,6 +489,6 @@ def collect_cluster(cluster: Cluster, root: Path | None = None,
         root = Path(settings.TRACE_ROOT)
     since = None if rescan else collect_since(cluster)
     with tracked_run("collect_traces", cluster, target=str(root / cluster.name)) as run:
-        stats = collect_traces(cluster, root, since)
+        stats = collect_traces(cluster, root, since, inline=inline)
         run.stats = stats.as_dict()
     return stats

@@ -7,11 +7,18 @@ The job here is ``bench/traces_job.py``'s, small: 3 ranks replayed from the real
 
 from __future__ import annotations
 
+import json
 from functools import partial
 from pathlib import Path
 
 import pytest
 
+from apps.analysis.digest_json import (
+    config_from_json,
+    config_to_json,
+    digest_from_json,
+    digest_to_json,
+)
 from apps.analysis.phases import analyze, report
 from apps.analysis.rank_digest import RankDigest, digest
 from apps.analysis.step_phases import PhaseConfig
@@ -54,3 +61,15 @@ def test_a_digest_cut_under_another_config_is_refused(job_dir):
     with pytest.raises(ValueError, match="another PhaseConfig"):
         analyze([digest(trace, other)], PhaseConfig())
     assert analyze([digest(trace, other)], other).steps == JOB.steps - 1
+
+
+def test_digests_stored_as_json_read_back_equal_and_analyse_the_same(job_dir):
+    """What a group task stores (``digest_json``) is what the last task compares: the
+    real GPU job's digests, through JSON text, come back equal, under an equal config."""
+    config = PhaseConfig(min_excess_ms=7.0, annotation_phases={"My Loader": "data_loading"})
+    cut = read_trace_paths([job_dir], reduce=partial(digest, config=config)).traces
+    again = config_from_json(json.loads(json.dumps(config_to_json(config))))
+    back = [digest_from_json(json.loads(json.dumps(digest_to_json(d))), again) for d in cut]
+    assert again == config and back == cut
+    assert all(s.gpu is not None for d in back for s in d.cut.steps)  # GPU steps kept
+    assert report(analyze(back, again)) == report(analyze(cut, config))

@@ -191,12 +191,26 @@ def read_trace_paths(paths: Sequence[Path], limits: TraceLimits | None = None,
     if not files:
         raise AdapterError(f"no trace files (*.json, *.json.gz) in "
                            f"{', '.join(str(p) for p in paths)}", service=SERVICE)
-    results = KinetoReader(limits).read_many(files, workers, reduce)
-    traces = [r for r in results if not isinstance(r, AdapterError)]
-    problems = [f"skipped: {r}" for r in results if isinstance(r, AdapterError)]
-    if not traces:
-        raise AdapterError("no readable trace file: " + "; ".join(problems), service=SERVICE)
-    return TraceReading(traces, problems)
+    return readable(read_trace_files(files, limits, workers, reduce))
+
+
+def read_trace_files(files: Sequence[Path], limits: TraceLimits | None = None,
+                     workers: int = 1,
+                     reduce: Callable[[RankTrace], R] = _as_read,  # type: ignore[assignment]
+                     ) -> TraceReading[R]:
+    """Read ``files`` (some of a run's: one group of a fan-out), each bad one skipped and
+    reported, even all of them (``readable`` says whether the whole run has any)."""
+    results = KinetoReader(limits).read_many(list(files), workers, reduce)
+    return TraceReading([r for r in results if not isinstance(r, AdapterError)],
+                        [f"skipped: {r}" for r in results if isinstance(r, AdapterError)])
+
+
+def readable(reading: TraceReading[R]) -> TraceReading[R]:
+    """``reading`` itself; ``AdapterError`` naming every problem when no file was readable."""
+    if not reading.traces:
+        raise AdapterError("no readable trace file: " + "; ".join(reading.problems),
+                           service=SERVICE)
+    return reading
 
 
 def find_trace_files(paths: Iterable[Path]) -> list[Path]:

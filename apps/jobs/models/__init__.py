@@ -8,7 +8,8 @@ reverse.
 from apps.jobs.models.archive import JobMetrics, JobMetricSummary, JobNodeMetrics
 from apps.jobs.models.diagnosis import DiagnosisCondition, DiagnosisRule, JobFinding
 from apps.jobs.models.jobs import Job, JobGpu
-from apps.jobs.models.traces import TraceRankPhases, TraceRun
+from apps.jobs.models.traces import TraceDigestGroup, TraceFanOut, TraceRankPhases, TraceRun
 
 __all__ = ["DiagnosisCondition", "DiagnosisRule", "Job", "JobFinding", "JobGpu", "JobMetricSummary",
-           "JobMetrics", "JobNodeMetrics", "TraceRankPhases", "TraceRun"]
+           "JobMetrics", "JobNodeMetrics", "TraceDigestGroup", "TraceFanOut", "TraceRankPhases",
+           "TraceRun"]

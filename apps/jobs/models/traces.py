@@ -158,3 +158,59 @@ class TraceRankPhases(models.Model):
         return {"rank": self.rank, "step_ms": self.step_ms,
                 "phases_ms": {**phases, **self.annotations_ms},
                 "gpu": self.gpu(), "device": self.device()}
+
+
+class TraceFanOut(models.Model):
+    """One run of trace files too many for one task: read in groups, then analysed once.
+
+    ``collect_traces`` plans it (issue 29 item 4): the files split into ``TraceDigestGroup``
+    rows, one Celery task each; the task that digests the last group claims
+    ``analysing_since`` and queues the analysis, which reads the stored digests (no file)
+    and sets ``trace_run``. Unique on (job, fingerprint of the files): collecting the same
+    files again finds this row and reads only the groups not digested yet. ``config`` is
+    the ``PhaseConfig`` every group cuts with (``apps/analysis/digest_json.py``).
+    """
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="trace_fan_outs")
+    fingerprint = models.CharField(max_length=64, help_text="sha256 over the files' sha256")
+    label = models.CharField(max_length=255, help_text="the folder, under TRACE_ROOT")
+    config = models.JSONField(default=dict, help_text="the PhaseConfig the groups cut with")
+    names = models.JSONField(default=dict, help_text="server path -> the name shown")
+    analysing_since = models.DateTimeField(null=True, blank=True,
+                                           help_text="when the analysis was claimed")
+    trace_run = models.ForeignKey(TraceRun, null=True, blank=True, on_delete=models.SET_NULL,
+                                  related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "fingerprint"],
+                                               name="tracefanout_unique")]
+
+    def __str__(self) -> str:
+        return f"trace fan-out {self.label}"
+
+
+class TraceDigestGroup(models.Model):
+    """Some files of a ``TraceFanOut``, and once digested, their ranks' digests.
+
+    ``claimed_at`` is set by the task reading them (a second task skips a fresh claim);
+    ``digests`` (``digest_to_json`` of each readable file, in file order) and ``problems``
+    (the files skipped, in words) are written with ``digested_at``, once.
+    """
+
+    fan_out = models.ForeignKey(TraceFanOut, on_delete=models.CASCADE, related_name="groups")
+    index = models.PositiveIntegerField()
+    files = models.JSONField(default=list, help_text="server paths, in order")
+    digests = models.JSONField(default=list, blank=True)
+    problems = models.JSONField(default=list, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    digested_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["fan_out", "index"]
+        constraints = [models.UniqueConstraint(fields=["fan_out", "index"],
+                                               name="tracedigestgroup_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.fan_out.label} group {self.index + 1}"

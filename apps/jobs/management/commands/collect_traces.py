@@ -38,7 +38,8 @@ class Command(BaseCommand):
         if not clusters:
             self.stdout.write(f"no cluster folder under {root} (expected {root}/<cluster>/)")
         for cluster in clusters:
-            stats = traces.collect_cluster(cluster, root, rescan=options["rescan"])
+            # inline: a run of many files is read here group by group, as the tasks would
+            stats = traces.collect_cluster(cluster, root, rescan=options["rescan"], inline=True)
             self.stdout.write(
                 f"{cluster.name}: {stats.folders} trace folders, {len(stats.imported)} "
                 f"imported, {stats.unchanged + stats.unchanged_since} unchanged, "
