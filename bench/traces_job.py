@@ -6,9 +6,12 @@
    ``var/bench-traces-job/w<ranks>/llm/4242/`` (a ``TRACE_ROOT`` layout: cluster ``llm``,
    job 4242) and reused while its stamp matches.
 2. Beacon: a real Celery worker (prefork, 2 processes, Redis db ``BENCH_REDIS_DB``, a queue
-   of its own so no other worker takes the task) runs ``collect_traces`` for the cluster:
-   fingerprint, read, analyse and store the 64 ranks as one ``TraceRun``. Timed as its
-   ``TaskRun`` (started to finished, as the worker recorded it); CPU is the worker tree's
+   of its own so no other worker takes its tasks: ``bench/traces_job_worker.py``) runs
+   ``collect_traces`` for the cluster: it fingerprints the 64 files and queues them in
+   groups of ``TRACE_GROUP_FILES`` (``apps/jobs/trace_groups.py``), which the two pool
+   processes read side by side into digests; the last group queues the analysis, which
+   stores the 64 ranks as one ``TraceRun``. Timed from the collection's ``TaskRun`` start
+   to the analysis' ``TaskRun`` end (as the worker recorded them); CPU is the worker tree's
    from the send to the end (``/proc``, reaped children included); memory is every worker
    process's peak RSS (``VmHWM``, sampled every 0.25 s) and the ``wait4`` peak of the
    worker once stopped (the largest of it and its pool processes).
@@ -46,18 +49,25 @@ from bench.common import (
 )
 from bench.traces import HTA, HTA_PACKAGE, REAL_GPU, _hta_python
 from bench.traces_job_data import STRAGGLER_MS, STRAGGLER_RANK, Job, write_job
+from bench.traces_job_worker import QUEUE
 
 TEMPLATE = REAL_GPU / "df_index_resolver" / "df_index_resolver.json.gz"
 DATA = ROOT / "var" / "bench-traces-job"
 CLUSTER, JOB_ID = "llm", 4242
-QUEUE = "bench_traces_job"  # private: a shared Redis may have other workers on "analysis"
 REDIS_DB = int(os.environ.get("BENCH_REDIS_DB", "12"))
 SAMPLE_S = 0.25
+KINDS = ("collect_traces", "digest_traces", "analyse_traces")
 
 
 def _job(quick: bool) -> Job:
     world = 8 if quick else 64
     return Job(world=world, straggler=STRAGGLER_RANK if world > STRAGGLER_RANK else 5)
+
+
+def _group_files() -> int:
+    from django.conf import settings
+
+    return int(settings.TRACE_GROUP_FILES)
 
 
 # --- The database and the worker -------------------------------------------------------------
@@ -86,8 +96,10 @@ def _prepare(root: Path, data_dir: Path) -> Any:
         "submit_time": datetime(2022, 11, 30, 3, 50, tzinfo=UTC),
         "start_time": datetime(2022, 11, 30, 4, 0, tzinfo=UTC),
         "end_time": datetime(2022, 11, 30, 6, 0, tzinfo=UTC)})
-    TaskRun.objects.filter(kind="collect_traces", cluster=cluster).delete()
-    JobRow.objects.get(cluster=cluster, job_id=JOB_ID).trace_runs.all().delete()
+    TaskRun.objects.filter(kind__in=KINDS, cluster=cluster).delete()
+    job = JobRow.objects.get(cluster=cluster, job_id=JOB_ID)
+    job.trace_runs.all().delete()
+    job.trace_fan_outs.all().delete()  # or the groups digested last time are not read again
     return cluster
 
 
@@ -97,7 +109,8 @@ def _redis_url() -> str:
 
 
 def _start_worker(log: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "celery", "-A", "portal", "worker", "-Q", QUEUE, "-c", "2",
+    cmd = [sys.executable, "-m", "celery", "-A", "bench.traces_job_worker", "worker", "-Q",
+           QUEUE, "-c", "2",
            "-P", "prefork", "-n", f"bench-traces-job-{os.getpid()}@%h", "--without-gossip",
            "--without-mingle", "--without-heartbeat", "--loglevel", "INFO"]
     with log.open("wb") as out:
@@ -170,24 +183,32 @@ def _beacon(cluster: Any, data_dir: Path) -> dict[str, Any]:
     try:
         cpu0, started = _tree_cpu(worker.pid), time.perf_counter()
         collect_traces.apply_async((cluster.pk,), queue=QUEUE)
-        run = _wait_for_run(TaskRun, cluster, worker, peaks)
+        run = _wait_for_run(TaskRun, "collect_traces", cluster, worker, peaks)
+        last = run
+        if run.status == TaskRun.Status.SUCCEEDED and run.stats.get("grouped"):
+            last = _wait_for_run(TaskRun, "analyse_traces", cluster, worker, peaks)
         seconds, cpu = time.perf_counter() - started, _tree_cpu(worker.pid) - cpu0
-        # the run's own span, as the worker recorded it: the send-to-start wait left out
-        seconds = min(seconds, (run.finished_at - run.started_at).total_seconds())
+        # the runs' own span, as the worker recorded it: the send-to-start wait left out
+        seconds = min(seconds, (last.finished_at - run.started_at).total_seconds())
     finally:
         life = _stop(worker)
-    if run.status != TaskRun.Status.SUCCEEDED or not run.stats.get("imported"):
-        raise BenchError(f"collect_traces ended {run.status}: {run.error[-1500:]} "
+    if last.status != TaskRun.Status.SUCCEEDED or not (run.stats.get("imported")
+                                                      or run.stats.get("grouped")):
+        raise BenchError(f"{last.kind} ended {last.status}: {last.error[-1500:]} "
                          f"{run.stats}")
+    groups = TaskRun.objects.filter(kind="digest_traces", cluster=cluster)
     trace = TraceRun.objects.filter(job__cluster=cluster, job__job_id=JOB_ID).get()
     pool = sorted((mib for pid, mib in peaks.items() if pid != worker.pid), reverse=True)
     return {"seconds": seconds, "cpu": cpu, "trace": trace, "pool_peaks": pool,
-            "main_peak": peaks.get(worker.pid, 0.0), "wait4": life}
+            "main_peak": peaks.get(worker.pid, 0.0), "wait4": life,
+            "fingerprint_s": run.duration_s or 0.0, "groups": groups.count(),
+            "group_s": sorted(r.duration_s or 0.0 for r in groups),
+            "analysis_s": last.duration_s if last is not run else 0.0}
 
 
-def _wait_for_run(task_run: Any, cluster: Any, worker: subprocess.Popen[bytes],
+def _wait_for_run(task_run: Any, kind: str, cluster: Any, worker: subprocess.Popen[bytes],
                   peaks: dict[int, float]) -> Any:
-    """Sample every worker process's peak RSS until the collection's run has ended."""
+    """Sample every worker process's peak RSS until a run of ``kind`` has ended."""
     deadline, checked = time.monotonic() + 3600, 0.0
     while time.monotonic() < deadline:
         for pid in _tree(worker.pid):
@@ -195,14 +216,14 @@ def _wait_for_run(task_run: Any, cluster: Any, worker: subprocess.Popen[bytes],
                 peaks[pid] = max(peaks.get(pid, 0.0), figures[0])
         if time.monotonic() - checked > 2:
             checked = time.monotonic()
-            run = task_run.objects.filter(kind="collect_traces", cluster=cluster).first()
+            run = task_run.objects.filter(kind=kind, cluster=cluster).first()
             if run is not None and run.status not in (task_run.Status.QUEUED,
                                                       task_run.Status.RUNNING):
                 return run
         if worker.poll() is not None:
             raise BenchError("the Celery worker died during the collection")
         time.sleep(SAMPLE_S)
-    raise BenchError("collect_traces did not finish within an hour")
+    raise BenchError(f"{kind} did not finish within an hour")
 
 
 # --- HTA and analyze_trace on a subset of the ranks ------------------------------------------
@@ -266,7 +287,8 @@ def _result(quick: bool, job: Job, hta_ranks: int, size: int, made_s: float,
     trace = beacon["trace"]
     peak = max([*beacon["pool_peaks"], beacon["main_peak"], beacon["wait4"]["maxrss_mib"]])
     rows = [
-        [f"{job.world} ranks", "Beacon: Celery collect_traces (prefork worker)",
+        [f"{job.world} ranks", f"Beacon: Celery collect_traces, {beacon['groups']} groups "
+         f"(prefork worker)",
          f"{beacon['seconds']:.0f} s", f"{beacon['cpu']:.0f} s",
          ", ".join(f"{m:.0f}" for m in beacon["pool_peaks"]) + f" MiB (main "
          f"{beacon['main_peak']:.0f}; wait4 {beacon['wait4']['maxrss_mib']:.0f})",
@@ -301,8 +323,10 @@ def _result(quick: bool, job: Job, hta_ranks: int, size: int, made_s: float,
                       f"rank {job.straggler}'s optimizer {STRAGGLER_MS:.0f} ms slower a step; "
                       f"written in {made_s:.0f} s (0 when reused)",
             "Beacon": "a real Celery worker, prefork with 2 processes, Redis db "
-                      f"{REDIS_DB}, PostgreSQL: collect_traces(cluster) from TRACE_ROOT, one "
-                      "TraceRun for the job; wall = its TaskRun, started to finished",
+                      f"{REDIS_DB}, PostgreSQL: collect_traces(cluster) from TRACE_ROOT, its "
+                      f"files read in groups of TRACE_GROUP_FILES={_group_files()} by "
+                      "digest_trace_group tasks, then analyse_trace_groups: one TraceRun for "
+                      "the job; wall = the collection's TaskRun start to the analysis' end",
             "peer": f"{HTA_PACKAGE} (bench/traces.py's script) on {hta_ranks} of the ranks, "
                     f"the straggler among them; its 64-rank time = imports + the rest x "
                     f"{scale:.0f}; one run per side (minutes of CPU each)",
@@ -311,6 +335,12 @@ def _result(quick: bool, job: Job, hta_ranks: int, size: int, made_s: float,
                  "speed-up vs HTA: wall / CPU"],
         rows=rows, checks=checks,
         notes=[f"Beacon's verdict: {trace.verdict}",
+               f"Beacon's runs: collect_traces (fingerprint 64 files, queue the groups) "
+               f"{beacon['fingerprint_s']:.0f} s; {beacon['groups']} digest_traces runs of "
+               f"{min(beacon['group_s'], default=0):.0f} to "
+               f"{max(beacon['group_s'], default=0):.0f} s each "
+               f"({sum(beacon['group_s']):.0f} s in all, on 2 pool processes); "
+               f"analyse_traces {beacon['analysis_s']:.1f} s",
                f"HTA on {hta_ranks} ranks: peak RSS of its largest process "
                f"{hta['peak_rss_mib']:.0f} MiB (wait4); it holds every rank's events in "
                f"one process, so {job.world} ranks would need about "
