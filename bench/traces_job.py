@@ -220,6 +220,10 @@ def _wait_for_run(task_run: Any, kind: str, cluster: Any, worker: subprocess.Pop
             if run is not None and run.status not in (task_run.Status.QUEUED,
                                                       task_run.Status.RUNNING):
                 return run
+            failed = task_run.objects.filter(kind="digest_traces", cluster=cluster,
+                                             status=task_run.Status.FAILED).first()
+            if failed is not None:  # the analysis would never be queued
+                raise BenchError(f"a group failed: {failed.error[-1500:]}")
         if worker.poll() is not None:
             raise BenchError("the Celery worker died during the collection")
         time.sleep(SAMPLE_S)
