@@ -59,7 +59,7 @@ def _explain(client: object, label: str, path: str) -> None:
     print(f"== {label} {path}: {status}, {elapsed:.0f} ms, {len(ctx.captured_queries)} queries")
     for query in ctx.captured_queries:
         sql = query["sql"]
-        if not sql.lstrip().upper().startswith("SELECT") or "django_session" in sql:
+        if not sql.lstrip("( ").upper().startswith("SELECT") or "django_session" in sql:
             continue
         with connection.cursor() as cur:
             cur.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql)
