@@ -10,7 +10,7 @@
 #                            chroot(1) with its own munged (the tree's /run is a tmpfs of its own,
 #                            /proc and /dev are bind mounts). Ports 26817, 26819, 26820, 27001+.
 #   RELEASE=26.05            the same from Debian unstable, /var/lib/slurm-modern/unstable.
-#                            Ports 36817, 36819, 36820, 37001+.
+#                            Ports 16817, 16819, 16820, 16001+.
 # The three can run at once. They share the host's MariaDB (a chrooted slurmdbd reaches it on
 # 127.0.0.1:3306), each with a database of its own (slurm_acct_db, slurm_acct_db_2411,
 # slurm_acct_db_2605: a newer slurmdbd converts an older schema in place, so never share one).
@@ -64,7 +64,7 @@ RELEASE=${RELEASE:-22.05}
 case "$RELEASE" in
   22.05) SUITE=""; PORTS="6817 6819 6820 17000"; DEF_CLUSTER=devcluster; DBNAME=slurm_acct_db ;;
   24.11) SUITE=trixie; PORTS="26817 26819 26820 27000"; DEF_CLUSTER=dev2411; DBNAME=slurm_acct_db_2411 ;;
-  26.05) SUITE=unstable; PORTS="36817 36819 36820 37000"; DEF_CLUSTER=dev2605; DBNAME=slurm_acct_db_2605 ;;
+  26.05) SUITE=unstable; PORTS="16817 16819 16820 16000"; DEF_CLUSTER=dev2605; DBNAME=slurm_acct_db_2605 ;;
   *) echo "slurm.sh: RELEASE=$RELEASE: expected 22.05, 24.11 or 26.05" >&2; exit 2 ;;
 esac
 read -r CTLD_PORT DBD_PORT DEF_RESTD_PORT SLURMD_PORT0 <<< "$PORTS"
@@ -750,10 +750,12 @@ maybe_submit_samples() {
   fi
 }
 
-# The 26.05 ports (36817-37006) lie inside Linux's ephemeral range (32768-60999): any outgoing
-# connection may be given one as its local port, and a daemon then cannot bind it ("Unable to
-# bind socket: Address already in use", seen in CI on slurmrestd's 36820). Reserving them keeps
-# the kernel from handing them out; an explicit bind still works. Idempotent; kept until reboot.
+# Every release's ports lie below Linux's ephemeral range (32768-60999). 26.05's were once
+# 36817-37006, inside it: an outgoing connection opened earlier (Redis, PostgreSQL, curl) may
+# hold one as its local port, and a daemon then cannot bind it ("Unable to bind listen port
+# (37002): Address already in use", seen in CI on a busy machine). Reserving the ports at `up`
+# is too late for a connection that is already open, so the ports moved; the reservation stays
+# for a site that sets them inside the range. Idempotent; kept until reboot.
 reserve_ports() {
   local file=/proc/sys/net/ipv4/ip_local_reserved_ports low mine have
   [ -w "$file" ] || return 0

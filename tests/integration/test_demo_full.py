@@ -52,7 +52,8 @@ def _private_ports(n: int) -> list[int]:
     pick = random.SystemRandom()
     ports: list[int] = []
     while len(ports) < n:
-        port = pick.randrange(20000, max(low, 20001))
+        # 20000-26499: clear of the dev Slurm clusters (6817-17006, 26817-27006)
+        port = pick.randrange(20000, min(max(low, 20001), 26500))
         if port not in ports and _bindable(port):
             ports.append(port)
     return ports
