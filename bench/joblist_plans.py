@@ -22,9 +22,6 @@ ROLES = {"researcher": "u071", "lead": "u070", "lead2": "u080", "admin": "bencha
 EXTRA = [
     ("API list (researcher)", "researcher", "/api/v1/jobs/"),
     ("API list (lead of 2 teams)", "lead2", "/api/v1/jobs/"),
-    ("API, RUNNING (researcher)", "researcher", "/api/v1/jobs/?state=RUNNING"),
-    ("API, PENDING (lead)", "lead", "/api/v1/jobs/?state=PENDING"),
-    ("all visible jobs (researcher)", "researcher", "/jobs/?scope=all"),
     ("team sorted by GPU-h (lead)", "lead", "/jobs/?scope=team&sort=-gpu_hours"),
     ("team sorted by GPU-h, page 20 (lead)", "lead", "/jobs/?scope=team&sort=-gpu_hours&page=20"),
     ("all sorted by GPUs (admin)", "admin", "/jobs/?scope=all&sort=-gpus"),
