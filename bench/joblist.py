@@ -233,6 +233,8 @@ def _serve(data_dir: str) -> subprocess.Popen[bytes]:
     call_command("collectstatic", interactive=False, verbosity=0)
     env = {**os.environ, "DATABASE_URL": DB_URL, "BEACON_DATA_DIR": data_dir,
            "LOG_LEVEL": "warning", "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    for rate in ("API_RATE_PER_TOKEN", "API_RATE_PER_ADDRESS"):
+        env.setdefault(rate, "1000000/min")  # 20 clients of one user: measure, not throttle
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "gunicorn"), "portal.wsgi", "-b", f"127.0.0.1:{PORT}",
          "-w", str(WORKERS), "--log-level", "warning"], cwd=ROOT, env=env, start_new_session=True)
@@ -276,6 +278,10 @@ VIEWS = [
     ("all jobs, filtered: low efficiency, findings", "admin",
      "/jobs/?scope=all&efficiency=low&has_findings=true"),
     ("all jobs, search a rare name (admin)", "admin", "/jobs/?scope=all&q=sweep-1234"),
+    # visible_to without a scope (issue 29): one index scan per part, own jobs and led teams'
+    ("all visible jobs (researcher)", "researcher", "/jobs/?scope=all"),
+    ("API list, RUNNING (researcher)", "researcher", "/api/v1/jobs/?state=RUNNING"),
+    ("API list, PENDING (lead)", "lead", "/api/v1/jobs/?state=PENDING"),
 ]
 
 

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
 
-from django.db.models import DurationField, ExpressionWrapper, F, FloatField, QuerySet, Value
+from django.db.models import (
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Q,
+    QuerySet,
+    Value,
+)
 from django.db.models.expressions import Combinable, OrderBy
 from django.db.models.functions import Coalesce
 from django.http import QueryDict
@@ -23,6 +31,7 @@ from django.utils import timezone
 
 from apps.accounts.permissions import lead_team_ids
 from apps.core.filtering import page_filterset
+from apps.core.paging import split_slice
 from apps.core.sql import Seconds
 from apps.jobs import presenters
 from apps.jobs.filters import JobFilterSet
@@ -114,11 +123,12 @@ class NumberedPage:
         return self.number > 1
 
 
-def numbered_page(qs: QuerySet[Job], sort: Sort, number: int, size: int) -> NumberedPage:
+def numbered_page(qs: QuerySet[Job], sort: Sort, number: int, size: int,
+                  split: list[Q] | None = None) -> NumberedPage:
     """Page ``number`` (from 1) of ``qs`` in ``sort`` order; one row more tells if there is
-    a next page, so no COUNT over the whole list is needed."""
+    a next page, so no COUNT over the whole list is needed. ``split``: as ``keyset_page``."""
     start = (number - 1) * size
-    rows = list(qs.order_by(*sort.order_by())[start:start + size + 1])
+    rows = split_slice(qs.order_by(*sort.order_by()), start, start + size + 1, split)
     return NumberedPage(rows=rows[:size], number=number, has_next=len(rows) > size)
 
 
@@ -131,6 +141,8 @@ class Listing:
     led: list[int]
     filterset: JobFilterSet
     rows: QuerySet[Job]  # filtered, scoped, with the columns' annotations; not ordered yet
+    # the scope as parts an index each serves (core.paging.split_slice); None: read it whole
+    split: list[Q] | None
 
 
 def listing(user: Any, query: QueryDict) -> Listing:
@@ -144,8 +156,18 @@ def listing(user: Any, query: QueryDict) -> Listing:
         jobs = jobs.filter(team_id__in=led)
     filterset = page_filterset(JobFilterSet, query, queryset=jobs)
     return Listing(choices=choices, sort=parse_sort(choices.sort), led=led,
-                   filterset=filterset, rows=presenters.list_rows(filterset.qs,
-                                                                  choices.grouped))
+                   filterset=filterset, split=_split(user, choices.scope, led),
+                   rows=presenters.list_rows(filterset.qs, choices.grouped))
+
+
+def _split(user: Any, scope: str, led: list[int]) -> list[Q] | None:
+    """The scope's parts: each led team for "team"; for "all" the user and each led team
+    (``visible_parts``; nothing for an admin); "mine" is one index already."""
+    if scope == "team":
+        return [Q(team_id=team) for team in led]
+    if scope == "all":
+        return Job.objects.visible_parts(user, led)
+    return None
 
 
 def header_cells(sort: Sort, query: str, efficiency: bool) -> list[dict[str, Any]]:

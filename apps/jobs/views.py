@@ -51,11 +51,12 @@ class JobListView(ActionRequiredMixin, TemplateView):
         listed = listing.listing(user, self.request.GET)
         choices, sort = listed.choices, listed.sort
         if sort.is_default:
-            # the team scope reads each led team's (team, -submit_time) index on its own
-            split = ("team_id", listed.led) if choices.scope == "team" else None
-            page: Any = keyset_page(listed.rows, choices.after, PAGE_SIZE, "submit_time", split)
+            # each part of the scope (a led team, the user) is read on its own index
+            page: Any = keyset_page(listed.rows, choices.after, PAGE_SIZE, "submit_time",
+                                    listed.split)
         else:
-            page = listing.numbered_page(listed.rows, sort, choices.page, PAGE_SIZE)
+            page = listing.numbered_page(listed.rows, sort, choices.page, PAGE_SIZE,
+                                         listed.split)
         if getattr(page, "cursor_refused", False):
             messages.warning(self.request, "That page link was not one this list wrote "
                                            "(edited or cut short?): showing the first page.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.db.models import Q
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
@@ -256,7 +257,7 @@ def test_the_team_split_still_reads_through_visible_to(world, login):
     make_job(world.cluster, 40_001, world.users["carol"], world.team_b)
     qs = Job.objects.visible_to(bob)
     page = keyset_page(qs, "", 50, "submit_time",
-                       ("team_id", [world.team_a.pk, world.team_b.pk]))
+                       [Q(team_id=world.team_a.pk), Q(team_id=world.team_b.pk)])
     assert {j.job_id for j in page.rows} == {101}  # bob's own job only
 
 

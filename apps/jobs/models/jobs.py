@@ -33,6 +33,17 @@ class JobQuerySet(models.QuerySet["Job"]):
         led = Membership.objects.filter(user=user, role=Membership.Role.LEAD).values("team_id")
         return self.filter(Q(user=user) | Q(team_id__in=led))
 
+    def visible_parts(self, user: Any, led: list[int]) -> list[Q] | None:
+        """``visible_to(user)`` as parts whose union is the same jobs, each served by an
+        index on its leading column: the user's own jobs, then each team in ``led`` (the
+        teams they lead, ``lead_team_ids``). Paging reads one ordered scan per part
+        (``core.paging.split_slice``); the OR of the rule itself defeats both indexes.
+        None when there is nothing to split: an admin sees every job, and an inactive or
+        anonymous user none."""
+        if not getattr(user, "is_active", False) or not user.is_authenticated or user.is_staff:
+            return None
+        return [Q(user=user), *(Q(team_id=team) for team in led)]
+
     def countable(self) -> JobQuerySet:
         """The jobs chargeback, quotas and SLOs count: every job but the implausible records
         no admin has accepted yet (issue 25, ``apps/analysis/plausibility.py``). The one
